@@ -1,0 +1,3 @@
+from memory_core.entrypoints.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,29 @@
+"""Canonical JSON and SHA-256: every hash of structured data is over this form (brief §3)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def canonical_json(value: Any) -> bytes:
+    """UTF-8, keys sorted, separators ``,`` and ``:``, NaN rejected."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def hash_json(value: Any) -> str:
+    return sha256_hex(canonical_json(value))
+
+
+def is_sha256_hex(value: object) -> bool:
+    return isinstance(value, str) and bool(_HEX64.match(value))

@@ -1,0 +1,118 @@
+"""Domain errors. Each carries a stable ``code`` that entrypoints map to transport errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MemoryCoreError(Exception):
+    """Base of every error memory-core raises on purpose."""
+
+    code = "internal_error"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class InvalidRequest(MemoryCoreError):
+    """A request failed validation at the boundary; nothing was written."""
+
+    code = "invalid_request"
+
+
+class InvalidQuery(InvalidRequest):
+    """The query is empty after trimming or longer than the documented limit."""
+
+    code = "invalid_query"
+
+
+class InvalidBudget(InvalidRequest):
+    """The token budget is out of the documented range."""
+
+    code = "invalid_budget"
+
+
+class InvalidActivationState(InvalidRequest):
+    """The activation state is malformed (unknown fields, bad ids or hashes)."""
+
+    code = "invalid_activation_state"
+
+
+class InvalidProjectName(InvalidRequest):
+    """A project name is not a valid slug."""
+
+    code = "invalid_project_name"
+
+
+class ProjectNotFound(MemoryCoreError):
+    """No project with that id exists."""
+
+    code = "project_not_found"
+
+
+class ProjectExists(MemoryCoreError):
+    """A project with that id already exists."""
+
+    code = "project_exists"
+
+
+class SourceUnavailable(MemoryCoreError):
+    """A project source path is missing or unreadable."""
+
+    code = "source_unavailable"
+
+
+class EmptyProject(MemoryCoreError):
+    """A project's Effective Memory holds no resource to index."""
+
+    code = "empty_project"
+
+
+class ProjectNotIndexed(MemoryCoreError):
+    """The project has no current commit generation; run ``memcore index``."""
+
+    code = "project_not_indexed"
+
+
+class GenerationCorrupted(MemoryCoreError):
+    """A commit generation on disk is missing files or fails verification."""
+
+    code = "generation_corrupted"
+
+
+class BlobCorrupted(MemoryCoreError):
+    """A content-addressed blob does not hash to its name."""
+
+    code = "blob_corrupted"
+
+
+class BlobNotFound(MemoryCoreError):
+    """A content-addressed blob is absent from the store."""
+
+    code = "blob_not_found"
+
+
+class StorageUnavailable(MemoryCoreError):
+    """The home directory or database cannot be written (read-only, full, locked)."""
+
+    code = "storage_unavailable"
+
+
+class RetrievalFailed(MemoryCoreError):
+    """A search or model stage failed; the Run is recorded as ``failed``."""
+
+    code = "retrieval_failed"
+
+    def __init__(self, message: str, *, stage: str, error_code: str, run_id: str | None = None) -> None:
+        super().__init__(message, stage=stage, error_code=error_code, run_id=run_id)
+        self.stage = stage
+        self.error_code = error_code
+        self.run_id = run_id
+
+
+class RunNotFound(MemoryCoreError):
+    """No Retrieval Run with that id exists."""
+
+    code = "run_not_found"
