@@ -157,6 +157,14 @@ class Unit:
     unit_hash: str
     resource_hash: str = ""
 
+    @property
+    def search_text(self) -> str:
+        """What the lexical index and the embedder see: the unit's text, preceded by its heading
+        path when the unit does not open with its own heading (a split section keeps context)."""
+        if not self.heading_path or self.text.lstrip().startswith("#"):
+            return self.text
+        return " > ".join(self.heading_path) + "\n\n" + self.text
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "unit_id": self.unit_id,
