@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Protocol
 
 from memory_core.model import (
+    EffectiveMemory,
+    ManifestEntry,
     Generation,
     Project,
     ScannedResource,
@@ -193,3 +195,11 @@ class Reranker(Protocol):
     def rerank(self, query: str, candidates: Sequence[RerankInput]) -> list[float]:
         """One score per candidate, in order; higher is better."""
         ...
+
+
+class ManifestStore(Protocol):
+    """Canonical Effective Memory manifests, stored once by hash."""
+
+    def put_manifest(self, effective_memory: EffectiveMemory) -> None: ...
+
+    def get_manifest(self, manifest_hash: str) -> list[ManifestEntry]: ...

@@ -1,0 +1,393 @@
+"""The engine: the one library entry point (projects, indexing, activation).
+
+Built by the composition root (``memory_core.entrypoints.bootstrap``) with every port
+overridable; entrypoints stay thin and call only this.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from memory_core.activation_state import ActivationState
+from memory_core.errors import (
+    InvalidBudget,
+    InvalidQuery,
+    MemoryCoreError,
+    ProjectNotIndexed,
+    RetrievalFailed,
+)
+from memory_core.exact import REVISION as EXACT_REVISION
+from memory_core.exact import ExactIndex
+from memory_core.indexing import LEXICAL_DIR, VECTOR_DIR, IndexReport, Indexer, Progress
+from memory_core.model import Generation, Project, Source, Unit, validate_project_id
+from memory_core.pipeline import SELECTED, Candidate, apply_rerank, fuse
+from memory_core.ports import (
+    Catalog,
+    Embedder,
+    GenerationStore,
+    LexicalIndexFactory,
+    LexicalSearcher,
+    ManifestStore,
+    Reranker,
+    VectorIndexFactory,
+    VectorSearcher,
+)
+from memory_core.profile import MAX_BUDGET, MAX_QUERY_CHARS, MIN_BUDGET, RankingProfile
+from memory_core.recording import NullRecorder, RunFailure, RunRecorder, RunStart, RunTrace
+from memory_core.selection import Limits, select
+
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class Fragment:
+    unit_id: str
+    unit_hash: str
+    resource_id: str
+    uri: str
+    heading_path: tuple[str, ...]
+    text: str | None  # None when the action is ``reuse``: the agent already holds it
+    token_count: int
+    delta_action: str
+    final_rank: int
+    final_score: float | None
+
+    @classmethod
+    def from_candidate(cls, c: Candidate, uri: str) -> Fragment:
+        assert c.delta_action is not None
+        return cls(
+            unit_id=c.unit.unit_id,
+            unit_hash=c.unit.unit_hash,
+            resource_id=c.unit.resource_id,
+            uri=uri,
+            heading_path=c.unit.heading_path,
+            text=None if c.delta_action == "reuse" else c.unit.text,
+            token_count=c.unit.token_count,
+            delta_action=c.delta_action,
+            final_rank=c.final_rank,
+            final_score=c.final_score,
+        )
+
+
+@attrs.frozen
+class ActivationResponse:
+    run_id: str | None
+    project_id: str
+    query: str
+    fragments: tuple[Fragment, ...]
+    activation_state: ActivationState  # the next state, ready to send back
+    state_fingerprint: str  # fingerprint of the state this request carried
+    revisions: Mapping[str, str]
+    totals: Mapping[str, int]
+    latency_ms: Mapping[str, float]
+
+
+@attrs.frozen
+class Activation:
+    """The response and the ranked candidates it was built from (final order)."""
+
+    response: ActivationResponse
+    candidates: tuple[Candidate, ...]
+
+
+@attrs.frozen
+class ProjectInfo:
+    project: Project
+    generation: Generation | None
+
+
+class OpenGeneration:
+    """A generation's searchers and units, opened once and kept warm."""
+
+    def __init__(
+        self,
+        generation: Generation,
+        units: Sequence[Unit],
+        uris: Mapping[str, str],
+        lexical: LexicalSearcher,
+        vectors: VectorSearcher,
+    ) -> None:
+        self.generation = generation
+        self.units = {u.unit_id: u for u in units}
+        self.uris = dict(uris)
+        self.exact = ExactIndex(units)
+        self.lexical = lexical
+        self.vectors = vectors
+
+    def close(self) -> None:
+        self.lexical.close()
+        self.vectors.close()
+
+
+class _StageClock:
+    def __init__(self) -> None:
+        self.latency_ms: dict[str, float] = {}
+        self.stage = "validate"
+        self._last = time.perf_counter()
+        self._start = self._last
+
+    def begin(self, stage: str) -> None:
+        self.stage = stage
+        self._last = time.perf_counter()
+
+    def end(self) -> None:
+        self.latency_ms[self.stage] = round((time.perf_counter() - self._last) * 1000, 3)
+
+    def total(self) -> None:
+        self.latency_ms["total"] = round((time.perf_counter() - self._start) * 1000, 3)
+
+
+def _validate_query(query: object) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidQuery("query must be a non-empty string")
+    query = query.strip()
+    if len(query) > MAX_QUERY_CHARS:
+        raise InvalidQuery(f"query is longer than {MAX_QUERY_CHARS} characters", length=len(query))
+    return query
+
+
+def _validate_budget(budget: object, default: int) -> int:
+    if budget is None:
+        return default
+    if isinstance(budget, bool) or not isinstance(budget, int) or not MIN_BUDGET <= budget <= MAX_BUDGET:
+        raise InvalidBudget(f"budget must be an integer from {MIN_BUDGET} to {MAX_BUDGET}", budget=budget)
+    return budget
+
+
+@attrs.define
+class Engine:
+    catalog: Catalog
+    manifests: ManifestStore
+    generations: GenerationStore
+    indexer: Indexer
+    embedder: Embedder
+    lexical: LexicalIndexFactory
+    vectors: VectorIndexFactory
+    reranker: Reranker
+    now: Callable[[], str]
+    recorder: RunRecorder = attrs.field(factory=NullRecorder)
+    profile: RankingProfile = attrs.field(factory=RankingProfile)
+    _open: dict[str, OpenGeneration] = attrs.field(factory=dict, init=False)
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+
+    # -- projects -------------------------------------------------------------------------
+    def add_project(self, name: str, sources: Sequence[Source]) -> Project:
+        project = Project(validate_project_id(name), tuple(sources), self.now())
+        self.catalog.add_project(project)
+        return project
+
+    def list_projects(self) -> list[ProjectInfo]:
+        return [ProjectInfo(p, self.catalog.current_generation(p.project_id)) for p in self.catalog.list_projects()]
+
+    def show_project(self, name: str) -> ProjectInfo:
+        project = self.catalog.get_project(name)
+        return ProjectInfo(project, self.catalog.current_generation(name))
+
+    def remove_project(self, name: str) -> None:
+        self.catalog.get_project(name)
+        with self._lock:
+            opened = self._open.pop(name, None)
+        if opened is not None:
+            opened.close()
+        self.catalog.remove_project(name)
+        self.generations.remove_project(name)
+
+    def index(self, name: str, *, force: bool = False, progress: Progress | None = None) -> IndexReport:
+        if progress is None:
+            return self.indexer.index(name, force=force)
+        return self.indexer.index(name, force=force, progress=progress)
+
+    # -- activation -----------------------------------------------------------------------
+    def revisions(self, generation: Generation | None) -> dict[str, str]:
+        revs = {
+            "exact": EXACT_REVISION,
+            "reranker_model": self.reranker.revision,
+            "ranking_profile": self.profile.revision,
+        }
+        if generation is not None:
+            revs.update(
+                {
+                    "effective_memory_hash": generation.effective_memory_hash,
+                    "index_revision": generation.index_revision,
+                    "parser": generation.revisions.parser,
+                    "chunker": generation.revisions.chunker,
+                    "embedding_model": generation.revisions.embedding_model,
+                    "lexical": generation.revisions.lexical,
+                    "vector": generation.revisions.vector,
+                }
+            )
+        return revs
+
+    def _generation(self, project_id: str) -> tuple[OpenGeneration, bool]:
+        current = self.catalog.current_generation(project_id)
+        if current is None:
+            raise ProjectNotIndexed(
+                f"project {project_id!r} has no index yet: run `memcore index {project_id}`",
+                project=project_id,
+            )
+        with self._lock:
+            opened = self._open.get(project_id)
+            if opened is not None and opened.generation.index_revision == current.index_revision:
+                return opened, True
+            directory = Path(current.directory)
+            units = self.generations.load_units(directory)
+            uris = {e.resource_id: e.uri for e in self.manifests.get_manifest(current.effective_memory_hash)}
+            fresh = OpenGeneration(
+                current,
+                units,
+                uris,
+                self.lexical.open(directory / LEXICAL_DIR),
+                self.vectors.open(directory / VECTOR_DIR),
+            )
+            self._open[project_id] = fresh
+        if opened is not None:
+            opened.close()
+        return fresh, False
+
+    def activate(
+        self,
+        project_id: str,
+        query: str,
+        *,
+        budget: int | None = None,
+        state: ActivationState | Mapping[str, Any] | None = None,
+    ) -> Activation:
+        clock = _StageClock()
+        # Validation: a request failing here gets a typed error and creates no Run.
+        self.catalog.get_project(project_id)
+        query = _validate_query(query)
+        token_budget = _validate_budget(budget, self.profile.token_budget)
+        held = state if isinstance(state, ActivationState) else ActivationState.from_json(state)
+        clock.end()
+        run_id = self._record_start(RunStart(project_id, query, held.fingerprint, token_budget, self.now()))
+        opened: OpenGeneration | None = None
+        warm = False
+        try:
+            clock.begin("load")
+            opened, warm = self._generation(project_id)
+            clock.end()
+            candidates, totals = self._rank(opened, query, token_budget, held, clock)
+        except Exception as exc:
+            clock.end()
+            clock.total()
+            self._record_failure(run_id, exc, clock, warm, opened)
+            if isinstance(exc, ProjectNotIndexed):
+                exc.details["run_id"] = run_id
+                raise
+            code = exc.code if isinstance(exc, MemoryCoreError) else type(exc).__name__
+            raise RetrievalFailed(
+                f"retrieval failed in stage {clock.stage}: {exc}", stage=clock.stage, error_code=code, run_id=run_id
+            ) from exc
+        generation = opened.generation
+        selected = [c for c in candidates if c.disposition == SELECTED]
+        fragments = tuple(Fragment.from_candidate(c, opened.uris.get(c.unit.resource_id, "")) for c in selected)
+        revisions = self.revisions(generation)
+        clock.total()
+        if run_id is not None:
+            trace = RunTrace(
+                effective_memory_hash=generation.effective_memory_hash,
+                index_revision=generation.index_revision,
+                revisions=revisions,
+                candidates=candidates,
+                latency_ms=dict(clock.latency_ms),
+                warm=warm,
+                fragment_count=len(fragments),
+                token_count=totals["tokens"],
+                finished_at=self.now(),
+            )
+            try:
+                self.recorder.complete(run_id, trace)
+            except Exception:
+                log.exception("could not record Retrieval Run %s; the answer is unchanged", run_id)
+                run_id = None
+        response = ActivationResponse(
+            run_id=run_id or None,
+            project_id=project_id,
+            query=query,
+            fragments=fragments,
+            activation_state=held.updated({f.unit_id: f.unit_hash for f in fragments}),
+            state_fingerprint=held.fingerprint,
+            revisions=revisions,
+            totals={**totals, "candidates": len(candidates), "budget": token_budget},
+            latency_ms=dict(clock.latency_ms),
+        )
+        return Activation(response, tuple(candidates))
+
+    def _rank(
+        self, opened: OpenGeneration, query: str, budget: int, held: ActivationState, clock: _StageClock
+    ) -> tuple[list[Candidate], dict[str, int]]:
+        p = self.profile
+        clock.begin("exact")
+        exact = opened.exact.search(query)
+        clock.end()
+        clock.begin("bm25")
+        bm25 = opened.lexical.search(query, p.lexical_depth)
+        clock.end()
+        clock.begin("embed_query")
+        query_vector = self.embedder.embed_query(query)
+        clock.end()
+        clock.begin("dense")
+        dense = opened.vectors.search(query_vector, p.dense_depth)
+        clock.end()
+        clock.begin("fusion")
+        fused = fuse(opened.units, exact, bm25, dense, p.rrf_k)
+        window = fused[: p.rerank_depth]
+        missing = [c for c in window if c.dense_similarity is None]
+        if missing:
+            sims = opened.vectors.similarities(query_vector, [c.unit.unit_id for c in missing])
+            for c, sim in zip(missing, sims, strict=True):
+                c.dense_similarity = float(sim)
+        clock.end()
+        clock.begin("rerank")
+        scores = self.reranker.rerank(query, window)
+        final = apply_rerank(fused, p.rerank_depth, scores)
+        clock.end()
+        clock.begin("select")
+        limits = Limits(budget, p.max_fragments, p.per_resource_limit, p.min_final_score)
+        totals = select(final, limits, held)
+        clock.end()
+        return final, {"selected": totals.selected, "tokens": totals.tokens, "reused": totals.reused}
+
+    # -- recording (history never changes the agent's answer) -----------------------------
+    def _record_start(self, run: RunStart) -> str | None:
+        try:
+            return self.recorder.start(run)
+        except Exception:
+            log.exception("could not start a Retrieval Run; the answer is unchanged")
+            return None
+
+    def _record_failure(
+        self, run_id: str | None, exc: Exception, clock: _StageClock, warm: bool, opened: OpenGeneration | None
+    ) -> None:
+        if run_id is None:
+            return
+        generation = opened.generation if opened is not None else None
+        code = exc.code if isinstance(exc, MemoryCoreError) else "stage_error"
+        failure = RunFailure.bounded(
+            error_stage=clock.stage,
+            error_code=code,
+            error_summary=f"{type(exc).__name__}: {exc}",
+            latency_ms=dict(clock.latency_ms),
+            warm=warm,
+            finished_at=self.now(),
+            effective_memory_hash=generation.effective_memory_hash if generation else None,
+            index_revision=generation.index_revision if generation else None,
+            revisions=self.revisions(generation),
+        )
+        try:
+            self.recorder.fail(run_id, failure)
+        except Exception:
+            log.exception("could not record the failure of Retrieval Run %s", run_id)
+
+    def close(self) -> None:
+        with self._lock:
+            opened, self._open = list(self._open.values()), {}
+        for o in opened:
+            o.close()

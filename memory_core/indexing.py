@@ -1,0 +1,170 @@
+"""Build commit generations: Effective Memory → blobs, units, Lucene and vector indexes.
+
+A generation is built in a staging directory and becomes current only when complete; a failed
+or interrupted build leaves the previous one current. Indexing an unchanged project is a no-op.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+
+from memory_core.effective_memory import read_effective_memory
+from memory_core.errors import EmptyProject
+from memory_core.model import EffectiveMemory, Generation, IndexRevisions, ScannedResource, Unit, index_revision_of
+from memory_core.ports import (
+    BlobStore,
+    Catalog,
+    Chunker,
+    Embedder,
+    EmbeddingCache,
+    GenerationStore,
+    LexicalIndexFactory,
+    ManifestStore,
+    SourceScanner,
+    Vector,
+    VectorIndexFactory,
+)
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+EMBED_BATCH = 64
+LEXICAL_DIR = "lexical"
+VECTOR_DIR = "vectors"
+
+
+def _no_progress(stage: str, done: int, total: int) -> None:
+    return None
+
+
+@attrs.frozen
+class IndexReport:
+    project_id: str
+    index_revision: str
+    status: str  # "built" or "unchanged"
+    effective_memory_hash: str
+    resources: int
+    units: int
+    embedded: int
+    reused_embeddings: int
+    seconds: float
+    warnings: tuple[str, ...]
+
+
+@attrs.define
+class Indexer:
+    catalog: Catalog
+    manifests: ManifestStore
+    scanner: SourceScanner
+    blobs: BlobStore
+    generations: GenerationStore
+    chunker: Chunker
+    embedder: Embedder
+    embedding_cache: EmbeddingCache
+    lexical: LexicalIndexFactory
+    vectors: VectorIndexFactory
+    now: Callable[[], str]
+
+    def revisions(self) -> IndexRevisions:
+        return IndexRevisions(
+            parser=self.chunker.parser_revision,
+            chunker=self.chunker.revision,
+            embedding_model=self.embedder.revision,
+            lexical=self.lexical.revision,
+            vector=self.vectors.revision,
+        )
+
+    def index(self, project_id: str, *, force: bool = False, progress: Progress = _no_progress) -> IndexReport:
+        started = time.perf_counter()
+        project = self.catalog.get_project(project_id)
+        memory = read_effective_memory(project, self.scanner)
+        if not memory.entries:
+            raise EmptyProject(
+                f"project {project_id!r} has no markdown or text resource to index", project=project_id
+            )
+        revisions = self.revisions()
+        revision = index_revision_of(memory.hash, revisions)
+        current = self.catalog.current_generation(project_id)
+        if current is not None and current.index_revision == revision and not force:
+            try:
+                units = self.generations.load_units(Path(current.directory))
+            except Exception:  # a damaged current generation is rebuilt below
+                pass
+            else:
+                return IndexReport(
+                    project_id, revision, "unchanged", memory.hash, len(memory.entries), len(units),
+                    0, 0, time.perf_counter() - started, memory.warnings,
+                )
+        staging = self.generations.stage(project_id)
+        try:
+            units = self._chunk(memory, progress)
+            embedded, reused, vectors = self._embed(units, progress)
+            progress("lexical index", 0, 1)
+            self.lexical.build(staging / LEXICAL_DIR, units)
+            progress("lexical index", 1, 1)
+            self.vectors.build(staging / VECTOR_DIR, [u.unit_id for u in units], vectors)
+            self.generations.write_units(staging, units)
+            directory = self.generations.publish(project_id, staging, revision)
+        except BaseException:
+            self.generations.discard(staging)
+            raise
+        self.manifests.put_manifest(memory)
+        previous = current.index_revision if current is not None else None
+        self.catalog.set_current_generation(
+            Generation(
+                project_id=project_id,
+                index_revision=revision,
+                effective_memory_hash=memory.hash,
+                unit_count=len(units),
+                resource_count=len(memory.entries),
+                revisions=revisions,
+                created_at=self.now(),
+                directory=str(directory),
+            )
+        )
+        self.generations.prune(project_id, keep={revision} | ({previous} if previous else set()))
+        return IndexReport(
+            project_id, revision, "built", memory.hash, len(memory.entries), len(units),
+            embedded, reused, time.perf_counter() - started, memory.warnings,
+        )
+
+    def _chunk(self, memory: EffectiveMemory, progress: Progress) -> list[Unit]:
+        units: list[Unit] = []
+        total = len(memory.entries)
+        for done, entry in enumerate(memory.entries, start=1):
+            data = self.scanner.read(
+                ScannedResource(
+                    resource_id=entry.resource_id,
+                    layer=entry.layer,
+                    uri=entry.uri,
+                    resource_hash=entry.resource_hash,
+                    byte_size=entry.byte_size,
+                    media_type=entry.media_type,
+                    path=memory.paths[entry.resource_id],
+                )
+            )
+            self.blobs.put(data)
+            units.extend(
+                self.chunker.chunk(entry.resource_id, entry.resource_hash, data.decode("utf-8"), entry.media_type)
+            )
+            progress("chunk", done, total)
+        return units
+
+    def _embed(self, units: list[Unit], progress: Progress) -> tuple[int, int, list[Vector]]:
+        model = self.embedder.revision
+        known = self.embedding_cache.get_many(model, {u.unit_hash for u in units})
+        missing: dict[str, str] = {}
+        for u in units:
+            if u.unit_hash not in known:
+                missing.setdefault(u.unit_hash, u.search_text)
+        hashes = list(missing)
+        for start in range(0, len(hashes), EMBED_BATCH):
+            batch = hashes[start : start + EMBED_BATCH]
+            vectors = self.embedder.embed_documents([missing[h] for h in batch])
+            fresh = dict(zip(batch, vectors, strict=True))
+            self.embedding_cache.put_many(model, fresh)
+            known.update(fresh)
+            progress("embed", min(start + EMBED_BATCH, len(hashes)), len(hashes))
+        return len(hashes), len(units) - len(hashes), [known[u.unit_hash] for u in units]
