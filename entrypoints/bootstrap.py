@@ -1,0 +1,140 @@
+"""The composition root: wires adapters into the engine. Every part is an overridable argument.
+
+Heavy libraries (torch, transformers, the JVM) load lazily inside the adapters, so building an
+engine is cheap and commands that never rank or embed never pay for them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+from typing import Any
+
+from memory_core.engine import Engine
+from memory_core.indexing import Indexer
+from memory_core.ports import (
+    BlobStore,
+    Catalog,
+    Chunker,
+    Embedder,
+    EmbeddingCache,
+    GenerationStore,
+    LexicalIndexFactory,
+    ManifestStore,
+    Reranker,
+    SourceScanner,
+    VectorIndexFactory,
+)
+from memory_core.profile import RankingProfile
+from memory_core.recording import RunRecorder
+from memory_core.rerankers import ConvexFusionReranker
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def limit_blas_threads() -> None:
+    """OpenBLAS threads spin after a call and starve torch on two cores (brief §11)."""
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1, user_api="blas")
+    except Exception:  # threadpoolctl is an optimisation, never a reason to fail
+        pass
+
+
+def bootstrap(
+    home: str | os.PathLike[str] | None = None,
+    *,
+    catalog: Catalog | None = None,
+    manifests: ManifestStore | None = None,
+    scanner: SourceScanner | None = None,
+    blobs: BlobStore | None = None,
+    generations: GenerationStore | None = None,
+    chunker: Chunker | None = None,
+    embedder: Embedder | None = None,
+    embedding_cache: EmbeddingCache | None = None,
+    lexical: LexicalIndexFactory | None = None,
+    vectors: VectorIndexFactory | None = None,
+    reranker: Reranker | None = None,
+    recorder: RunRecorder | None = None,
+    profile: RankingProfile | None = None,
+) -> Engine:
+    from memory_core.adapters.home import HomeLayout
+
+    layout = HomeLayout.prepared(home)
+    if catalog is None:
+        from memory_core.adapters.sqlite.catalog import SqliteCatalog
+        from memory_core.adapters.sqlite.database import open_database
+
+        catalog = SqliteCatalog(open_database(layout.db_path))
+    if manifests is None:
+        manifests = catalog  # type: ignore[assignment]
+    if scanner is None:
+        from memory_core.adapters.filesystem_sources import FileSystemScanner
+
+        scanner = FileSystemScanner(hash_cache=catalog)
+    if blobs is None:
+        from memory_core.adapters.blob_store import FileBlobStore
+
+        blobs = FileBlobStore(layout.blobs_dir)
+    if generations is None:
+        from memory_core.adapters.generation_store import FileGenerationStore
+
+        generations = FileGenerationStore(layout.projects_dir)
+    if embedder is None:
+        from memory_core.adapters.minilm import MiniLMEmbedder
+
+        embedder = MiniLMEmbedder()
+    if chunker is None:
+        from memory_core.adapters.minilm import MiniLMTokenCounter
+        from memory_core.chunking import MarkdownChunker
+
+        chunker = MarkdownChunker(MiniLMTokenCounter())
+    if embedding_cache is None:
+        from memory_core.adapters.embedding_cache import SqliteEmbeddingCache
+
+        embedding_cache = SqliteEmbeddingCache(layout.projects_dir / "embedding-cache.db")
+    if lexical is None:
+        from memory_core.adapters.lucene_index import LuceneIndexFactory
+
+        lexical = LuceneIndexFactory()
+    if vectors is None:
+        from memory_core.adapters.usearch_index import UsearchIndexFactory
+
+        vectors = UsearchIndexFactory()
+    limit_blas_threads()
+    indexer = Indexer(
+        catalog=catalog,
+        manifests=manifests,  # type: ignore[arg-type]
+        scanner=scanner,
+        blobs=blobs,
+        generations=generations,
+        chunker=chunker,
+        embedder=embedder,
+        embedding_cache=embedding_cache,
+        lexical=lexical,
+        vectors=vectors,
+        now=utc_now,
+    )
+    extra: dict[str, Any] = {}
+    if recorder is not None:
+        extra["recorder"] = recorder
+    return Engine(
+        catalog=catalog,
+        manifests=manifests,  # type: ignore[arg-type]
+        generations=generations,
+        indexer=indexer,
+        embedder=embedder,
+        lexical=lexical,
+        vectors=vectors,
+        reranker=reranker or ConvexFusionReranker(),
+        now=utc_now,
+        profile=profile or RankingProfile(),
+        **extra,
+    )
+
+
+__all__ = ["bootstrap", "Path"]

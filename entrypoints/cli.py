@@ -1,0 +1,89 @@
+"""``memcore``: the command line. Thin: parse, call the engine, render; map errors to exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from memory_core.errors import InvalidRequest, MemoryCoreError
+from memory_core.model import Layer, Source
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+def _parse_source(raw: str, default_layer: Layer) -> Source:
+    """``[LAYER=]PATH``; a path that merely contains ``=`` is kept whole."""
+    layer_name, sep, path = raw.partition("=")
+    if sep and layer_name in {layer.value for layer in Layer}:
+        return Source(str(Path(path).expanduser().resolve()), Layer(layer_name))
+    return Source(str(Path(raw).expanduser().resolve()), default_layer)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memcore", description="Local, explainable memory for AI agents.")
+    parser.add_argument("--home", help="data directory (default: $MEMORY_CORE_HOME or the user data dir)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    project = sub.add_parser("project", help="manage projects").add_subparsers(dest="action", required=True)
+    add = project.add_parser("add", help="add a project with ordered sources")
+    add.add_argument("name")
+    add.add_argument(
+        "--source", action="append", required=True, metavar="[LAYER=]PATH",
+        help="a memory folder (repeatable, in order); LAYER is organization, project or local",
+    )
+    add.add_argument("--layer", choices=[layer.value for layer in Layer], default="project",
+                     help="default layer for sources without LAYER=")
+    add.add_argument("--json", action="store_true")
+    for name, text in (("list", "list projects"), ("show", "show a project"), ("remove", "remove a project")):
+        p = project.add_parser(name, help=text)
+        if name != "list":
+            p.add_argument("name")
+        p.add_argument("--json", action="store_true")
+
+    index = sub.add_parser("index", help="build the project's commit generation (no-op when unchanged)")
+    index.add_argument("name")
+    index.add_argument("--force", action="store_true", help="rebuild even when nothing changed")
+    index.add_argument("--json", action="store_true")
+
+    act = sub.add_parser("activate", help="activate memory for a query, as an agent would")
+    act.add_argument("project")
+    act.add_argument("query")
+    act.add_argument("--budget", type=int, help="token budget for returned fragments")
+    act.add_argument("--state", help="activation state JSON file (what the agent already holds)")
+    act.add_argument("--save-state", help="write the next activation state to this file")
+    act.add_argument("--rows", type=int, default=25, help="candidate rows to show (table mode)")
+    act.add_argument("--json", action="store_true", help="print the full response and trace as JSON")
+
+    demo = sub.add_parser("demo", help="index the embedded demo memory and run example activations")
+    demo.add_argument("--json", action="store_true")
+    return parser
+
+
+def _emit_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from memory_core.entrypoints import commands  # imported late: keeps --help instant
+
+    try:
+        return commands.run(args)
+    except InvalidRequest as exc:
+        _error(exc)
+        return EXIT_USAGE
+    except MemoryCoreError as exc:
+        _error(exc)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _error(exc: MemoryCoreError) -> None:
+    details = f" {json.dumps(exc.details, default=str)}" if exc.details else ""
+    print(f"error[{exc.code}]: {exc.message}{details}", file=sys.stderr)

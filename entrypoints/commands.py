@@ -1,0 +1,144 @@
+"""Command handlers behind ``memcore``: each builds the engine, calls it and renders."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+from memory_core.engine import Engine
+from memory_core.errors import InvalidActivationState
+from memory_core.indexing import Progress
+from memory_core.model import Layer
+
+from memory_core.entrypoints import render, wire
+from memory_core.entrypoints.bootstrap import bootstrap
+from memory_core.entrypoints.cli import _emit_json, _parse_source
+
+
+def run(args: argparse.Namespace) -> int:
+    handler = HANDLERS[(args.command, getattr(args, "action", None))]
+    engine = bootstrap(args.home)
+    try:
+        return handler(engine, args)
+    finally:
+        engine.close()
+
+
+def progress_bar(enabled: bool) -> tuple[AbstractContextManager[Any], Progress | None]:
+    if not enabled:
+        return nullcontext(), None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+
+    bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+              transient=True)
+    tasks: dict[str, Any] = {}
+
+    def update(stage: str, done: int, total: int) -> None:
+        if stage not in tasks:
+            tasks[stage] = bar.add_task(stage, total=total)
+        bar.update(tasks[stage], completed=done, total=total)
+
+    return bar, update
+
+
+def project_add(engine: Engine, args: argparse.Namespace) -> int:
+    default = Layer(args.layer)
+    project = engine.add_project(args.name, [_parse_source(s, default) for s in args.source])
+    info = engine.show_project(project.project_id)
+    if args.json:
+        _emit_json(wire.project_to_json(info))
+    else:
+        render.console().print(f"added project {project.project_id}; next: memcore index {project.project_id}")
+    return 0
+
+
+def project_list(engine: Engine, args: argparse.Namespace) -> int:
+    infos = engine.list_projects()
+    if args.json:
+        _emit_json([wire.project_to_json(i) for i in infos])
+    else:
+        render.console().print(render.projects_table(infos))
+    return 0
+
+
+def project_show(engine: Engine, args: argparse.Namespace) -> int:
+    info = engine.show_project(args.name)
+    if args.json:
+        _emit_json(wire.project_to_json(info))
+    else:
+        render.console().print(render.projects_table([info]))
+    return 0
+
+
+def project_remove(engine: Engine, args: argparse.Namespace) -> int:
+    engine.remove_project(args.name)
+    if args.json:
+        _emit_json({"removed": args.name})
+    else:
+        render.console().print(f"removed project {args.name}")
+    return 0
+
+
+def index(engine: Engine, args: argparse.Namespace) -> int:
+    bar, progress = progress_bar(not args.json)
+    with bar:
+        report = engine.index(args.name, force=args.force, progress=progress)
+    out = render.console()
+    for warning in report.warnings:
+        out.print(f"[yellow]warning:[/] {warning}")
+    if args.json:
+        _emit_json(wire.index_report_to_json(report))
+    else:
+        out.print(render.index_summary(report))
+    return 0
+
+
+def load_state(path: str | None) -> Any:
+    if path is None:
+        return None
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidActivationState(f"cannot read activation state from {path!r}: {exc}") from exc
+
+
+def activate(engine: Engine, args: argparse.Namespace) -> int:
+    activation = engine.activate(args.project, args.query, budget=args.budget, state=load_state(args.state))
+    if args.save_state:
+        Path(args.save_state).write_text(
+            json.dumps(activation.response.activation_state.to_json(), indent=2), encoding="utf-8"
+        )
+    if args.json:
+        _emit_json(
+            {
+                "response": wire.response_to_json(activation.response),
+                "candidates": wire.candidates_to_json(activation.candidates),
+            }
+        )
+        return 0
+    out = render.console()
+    out.print(render.candidates_table(activation, args.rows))
+    out.print(render.latency_line(activation))
+    return 0
+
+
+def demo(engine: Engine, args: argparse.Namespace) -> int:
+    from memory_core.adapters.home import resolve_home
+    from memory_core.entrypoints.demo import run_demo
+
+    return run_demo(engine, resolve_home(args.home), as_json=args.json)
+
+
+HANDLERS: dict[tuple[str, str | None], Callable[[Engine, argparse.Namespace], int]] = {
+    ("project", "add"): project_add,
+    ("project", "list"): project_list,
+    ("project", "show"): project_show,
+    ("project", "remove"): project_remove,
+    ("index", None): index,
+    ("activate", None): activate,
+    ("demo", None): demo,
+}

@@ -1,0 +1,128 @@
+"""``memcore demo``: the main job on an embedded default.
+
+Copies the shipped demo memory (two layers, one override) into the home, indexes it, runs
+several activations, then edits one selected section, re-indexes (only that resource's units are
+re-embedded) and repeats the first query with the activation state the agent got back: the
+edited unit comes back as ``replace``, the unchanged ones as ``reuse``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from memory_core.engine import Activation, Engine
+from memory_core.errors import ProjectNotFound
+from memory_core.model import Layer, Source
+
+from memory_core.entrypoints import render, wire
+from memory_core.entrypoints.commands import progress_bar
+
+PROJECT = "demo"
+QUERIES = (
+    "How do I roll back a bad deploy of ledger-api?",
+    "Why did we choose ADR-0004 advisory locks for idempotency?",
+    "what does conventions/code-review.md require for posting_engine changes?",
+    "Kafka consumer lag is growing on the postings topic, what do I check?",
+)
+FOLLOW_UP = QUERIES[0]
+EDIT_NOTE = "\n\nReviewed after the 2026-03-14 incident: always pause the Kafka consumers before reverting."
+
+
+def demo_source_root() -> Path:
+    return Path(str(resources.files("memory_core.entrypoints") / "demo_memory"))
+
+
+def prepare_memory(home: Path) -> Path:
+    """A fresh, writable copy of the demo memory under the home (the package may be read-only)."""
+    target = home / "demo" / "memory"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(demo_source_root(), target)
+    return target
+
+
+def ensure_project(engine: Engine, memory: Path) -> None:
+    sources = [
+        Source(str(memory / "organization"), Layer.ORGANIZATION),
+        Source(str(memory / "project"), Layer.PROJECT),
+    ]
+    try:
+        existing = engine.show_project(PROJECT)
+    except ProjectNotFound:
+        engine.add_project(PROJECT, sources)
+        return
+    if list(existing.project.sources) != sources:
+        engine.remove_project(PROJECT)
+        engine.add_project(PROJECT, sources)
+
+
+def edit_selected_unit(activation: Activation, memory: Path) -> str | None:
+    """Append a sentence to the first selected unit's section, as a teammate would."""
+    chosen = [c for c in activation.candidates if c.disposition == "selected"]
+    if not chosen:
+        return None
+    unit = chosen[0].unit
+    for layer in ("project", "organization"):
+        path = memory / layer / unit.resource_id
+        if path.exists():
+            text = path.read_text(encoding="utf-8")
+            path.write_text(text[: unit.end] + EDIT_NOTE + text[unit.end :], encoding="utf-8")
+            return unit.unit_id
+    return None
+
+
+def run_demo(engine: Engine, home: Path, *, as_json: bool = False) -> int:
+    out = render.console()
+    memory = prepare_memory(home)
+    ensure_project(engine, memory)
+    log: dict[str, Any] = {"activations": []}
+
+    def index() -> None:
+        bar, progress = progress_bar(not as_json)
+        with bar:
+            report = engine.index(PROJECT, progress=progress)
+        log.setdefault("index", []).append(wire.index_report_to_json(report))
+        if not as_json:
+            out.print(render.index_summary(report))
+
+    def show(activation: Activation, title: str) -> None:
+        log["activations"].append(
+            {"title": title, "response": wire.response_to_json(activation.response),
+             "candidates": wire.candidates_to_json(activation.candidates)}
+        )
+        if not as_json:
+            out.rule(title)
+            out.print(render.candidates_table(activation, rows=12))
+            for f in activation.response.fragments:
+                path = " > ".join(f.heading_path)
+                out.print(f"  [bold]{f.delta_action:7}[/] {f.unit_id}  [dim]{path}[/]  ({f.token_count} tokens)")
+            out.print(render.latency_line(activation))
+
+    if not as_json:
+        out.rule("memory-core demo")
+        out.print(f"demo memory copied to {memory} (organization + project layers)")
+    index()
+    first = None
+    for i, query in enumerate(QUERIES, start=1):
+        activation = engine.activate(PROJECT, query)
+        first = first or activation
+        show(activation, f"activation {i}: {query}")
+    assert first is not None
+    edited = edit_selected_unit(first, memory)
+    if not as_json:
+        out.rule("a teammate edits a section the agent already holds")
+        out.print(f"edited {edited}; re-indexing re-embeds only the changed resource's units")
+    index()
+    follow = engine.activate(PROJECT, FOLLOW_UP, state=first.response.activation_state)
+    show(follow, f"follow-up with the previous activation state: {FOLLOW_UP}")
+    actions = sorted({f.delta_action for f in follow.response.fragments})
+    if as_json:
+        out.print_json(json.dumps(log))
+    else:
+        out.print(f"delta actions in the follow-up: {', '.join(actions)}")
+        out.print("Next: memcore activate demo \"your question\"  (add --json for the full trace)")
+    return 0
