@@ -10,13 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from memory_core.engine import Engine
-from memory_core.errors import InvalidActivationState
-from memory_core.indexing import Progress
-from memory_core.model import Layer
-
 from memory_core.entrypoints import render, wire
 from memory_core.entrypoints.bootstrap import bootstrap
 from memory_core.entrypoints.cli import _emit_json, _parse_source
+from memory_core.errors import InvalidActivationState
+from memory_core.indexing import Progress
+from memory_core.model import Layer
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
 def progress_bar(enabled: bool) -> tuple[AbstractContextManager[Any], Progress | None]:
     if not enabled:
         return nullcontext(), None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as Bar
 
     bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
               transient=True)

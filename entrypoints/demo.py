@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from memory_core.engine import Activation, Engine
-from memory_core.errors import ProjectNotFound
-from memory_core.model import Layer, Source
-
 from memory_core.entrypoints import render, wire
 from memory_core.entrypoints.commands import progress_bar
+from memory_core.errors import ProjectNotFound
+from memory_core.model import Layer, Source
 
 PROJECT = "demo"
 QUERIES = (

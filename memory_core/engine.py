@@ -25,7 +25,7 @@ from memory_core.errors import (
 )
 from memory_core.exact import REVISION as EXACT_REVISION
 from memory_core.exact import ExactIndex
-from memory_core.indexing import LEXICAL_DIR, VECTOR_DIR, IndexReport, Indexer, Progress
+from memory_core.indexing import LEXICAL_DIR, VECTOR_DIR, Indexer, IndexReport, Progress
 from memory_core.model import Generation, Project, Source, Unit, validate_project_id
 from memory_core.pipeline import SELECTED, Candidate, apply_rerank, fuse
 from memory_core.ports import (

@@ -14,7 +14,14 @@ import attrs
 
 from memory_core.effective_memory import read_effective_memory
 from memory_core.errors import EmptyProject
-from memory_core.model import EffectiveMemory, Generation, IndexRevisions, ScannedResource, Unit, index_revision_of
+from memory_core.model import (
+    EffectiveMemory,
+    Generation,
+    IndexRevisions,
+    ScannedResource,
+    Unit,
+    index_revision_of,
+)
 from memory_core.ports import (
     BlobStore,
     Catalog,

@@ -13,8 +13,8 @@ from typing import Protocol
 
 from memory_core.model import (
     EffectiveMemory,
-    ManifestEntry,
     Generation,
+    ManifestEntry,
     Project,
     ScannedResource,
     Source,
