@@ -176,9 +176,7 @@ def grade_units(ranking: Sequence[RankedItem], judgments: Judgments) -> Graded:
         gains.append(gain)
         hits.append(hit)
     relevant = sum(1 for rel in judgments.units.values() if rel >= 1) + len(evidence_resources)
-    return Graded(
-        gains=tuple(gains), hits=tuple(hits), ideal=tuple(ideal_gains(judgments)), relevant=relevant
-    )
+    return Graded(gains=tuple(gains), hits=tuple(hits), ideal=tuple(ideal_gains(judgments)), relevant=relevant)
 
 
 def resource_ranking(ranking: Sequence[RankedItem]) -> list[RankedItem]:
@@ -273,9 +271,7 @@ def scope_status(item: RankedItem, corpus: Mapping[str, str]) -> ScopeStatus:
     return ScopeStatus.IN_SCOPE
 
 
-def _share_at(
-    ranking: Sequence[RankedItem], corpus: Mapping[str, str], k: int, status: ScopeStatus
-) -> float | None:
+def _share_at(ranking: Sequence[RankedItem], corpus: Mapping[str, str], k: int, status: ScopeStatus) -> float | None:
     _check_k(k)
     top = ranking[:k]
     if not top:
