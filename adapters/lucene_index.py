@@ -1,0 +1,257 @@
+"""BM25 over Lucene through Anserini (the engine behind Pyserini), reached with pyjnius.
+
+Anserini's classes are used directly rather than Pyserini's Python wrappers:
+``pyserini.search.lucene`` builds an OpenAI client at import, and ``pyserini.index.lucene``
+costs a second of pandas imports for a three-line wrapper.
+
+Index layout (``directory`` belongs to this index alone):
+
+- Lucene files written by ``io.anserini.index.SimpleIndexer``: Anserini's default English
+  analysis (Porter stemming, Lucene's English stopwords), one document per non-blank unit.
+- ``lexical.json``: the analysis revision and the unit ids, sorted; it is written last, so a
+  directory without it is an unfinished build.
+
+Lucene's docid for the unit at position ``i`` of the sorted ids is ``i`` zero-padded to ten
+digits. Two reasons: pyjnius mangles characters outside the BMP on the way into Java and
+cannot decode lone surrogates (which undecodable file names produce) on the way back, and
+padded positions sort like the unit ids themselves, so Anserini's tie break (equal scores by
+docid ascending) is unit-id order.
+
+Search uses Anserini's bag-of-words query builder: the query is analysed like the documents
+and each distinct term becomes an optional clause, so no query syntax is ever parsed and any
+string is a valid query. Order: BM25 score descending, then unit id ascending (code point
+order). Anserini rounds scores to 4 decimals and lowers each further member of a tie by 1e-6,
+so returned scores are strictly descending.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from memory_core.adapters import jvm
+from memory_core.errors import GenerationCorrupted
+from memory_core.model import Unit
+from memory_core.ports import Hit
+
+METADATA_FILE = "lexical.json"
+_FORMAT = 1
+_DOCID_WIDTH = 10
+_BATCH = 5000
+# Java's String.trim() strips code points <= U+0020; Anserini rejects a document that is empty
+# after it, so such units are left out (no query term can match them anyway).
+_JAVA_TRIM = "".join(chr(c) for c in range(0x21))
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# Lucene refuses Boolean queries over 1024 clauses (distinct query terms); a long query must
+# still search, not fail.
+_MAX_CLAUSES = 2**31 - 1
+
+
+def analysis_revision() -> str:
+    """What decides the indexed terms: the analyzer and the Anserini release that implements it."""
+    return f"en-porter-anserini{jvm.anserini_version()}"
+
+
+def _java_class_is(classname: str, ancestor: str) -> bool:
+    jnius = jvm.ensure_jvm()
+    cls = jnius.autoclass("java.lang.Class")
+    try:
+        return bool(cls.forName(ancestor).isAssignableFrom(cls.forName(classname)))
+    except Exception:
+        return False
+
+
+def _is_io_failure(exc: BaseException) -> bool:
+    classname = getattr(exc, "classname", None)
+    return bool(classname) and _java_class_is(str(classname).replace("/", "."), "java.io.IOException")
+
+
+@attrs.frozen
+class LuceneIndexFactory:
+    """Builds and opens Lucene BM25 indexes; ``k1``/``b`` apply at search time."""
+
+    k1: float = 0.9
+    b: float = 0.4
+    # Indexing threads; one leaves the other core to queries while a project re-indexes.
+    threads: int = attrs.field(default=1, eq=False, validator=attrs.validators.ge(1))
+    revision: str = attrs.field(init=False)
+
+    @revision.default
+    def _revision(self) -> str:
+        return f"lucene-bm25-k{self.k1:g}-b{self.b:g}-{analysis_revision()}-v{_FORMAT}"
+
+    def build(self, directory: Path, units: Sequence[Unit]) -> None:
+        """Index ``unit.search_text`` of every unit under ``directory`` (created 0700 if missing)."""
+        directory = Path(directory)
+        unit_ids = _sorted_unique_ids(units)
+        text_of = {u.unit_id: u.search_text for u in units}
+        indexed = [uid for uid in unit_ids if text_of[uid].strip(_JAVA_TRIM)]
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (directory / METADATA_FILE).unlink(missing_ok=True)
+
+        jnius = jvm.attach_current_thread()
+        args = ["-collection", "JsonCollection", "-input", "", "-index", str(directory)]
+        indexer = jnius.autoclass("io.anserini.index.SimpleIndexer")([*args, "-threads", str(self.threads)])
+        added = 0
+        try:
+            for start in range(0, len(indexed), _BATCH):
+                batch = indexed[start : start + _BATCH]
+                # ASCII JSON: pyjnius passes ASCII through intact whatever the text holds.
+                added += indexer.addRawDocuments(
+                    [
+                        json.dumps({"id": _docid(start + i), "contents": text_of[uid]}, ensure_ascii=True)
+                        for i, uid in enumerate(batch)
+                    ]
+                )
+        finally:
+            indexer.close()  # commits; Anserini logs and swallows commit errors, hence the check below
+        searcher = _open_java_searcher(directory)
+        try:
+            stored = searcher.get_total_num_docs()
+        finally:
+            searcher.close()
+        if added != len(indexed) or stored != len(indexed):
+            raise GenerationCorrupted(
+                f"lexical index at {directory} holds {stored} of {len(indexed)} documents",
+                directory=str(directory),
+            )
+        _write_metadata(directory, {"format": _FORMAT, "analysis": analysis_revision(), "unit_ids": indexed})
+
+    def open(self, directory: Path) -> LuceneSearcher:
+        """Open a built index; a missing, unfinished or foreign one raises GenerationCorrupted."""
+        directory = Path(directory)
+        unit_ids = _read_metadata(directory)
+        jvm.attach_current_thread()
+        searcher = _open_java_searcher(directory)
+        try:
+            searcher.set_bm25(float(self.k1), float(self.b))
+            count = searcher.get_total_num_docs()
+        except Exception:
+            searcher.close()
+            raise
+        if count != len(unit_ids):
+            searcher.close()
+            raise GenerationCorrupted(
+                f"lexical index at {directory} holds {count} documents, its metadata lists {len(unit_ids)}",
+                directory=str(directory),
+            )
+        return LuceneSearcher(searcher, tuple(unit_ids), str(directory))
+
+
+class LuceneSearcher:
+    """A BM25 searcher over one built index. Thread-safe; ``close()`` waits for searches in flight."""
+
+    def __init__(self, java_searcher: Any, unit_ids: tuple[str, ...], directory: str) -> None:
+        self._java = java_searcher
+        self._unit_ids = unit_ids
+        self._directory = directory
+        self._state = threading.Condition()
+        self._in_flight = 0
+        self._closed = False
+
+    def search(self, query: str, depth: int) -> list[Hit]:
+        """The ``depth`` best units for ``query``, best first; [] when no query term is indexed."""
+        if self._closed:  # checked again under the lock below; this one makes every call consistent
+            raise RuntimeError("lexical searcher is closed")
+        depth = min(int(depth), len(self._unit_ids))
+        if depth <= 0:
+            return []
+        # Lone surrogates cannot cross into Java; they carry no searchable text anyway.
+        text = _LONE_SURROGATE.sub(" ", query)
+        if not text.strip():
+            return []
+        with self._state:
+            if self._closed:
+                raise RuntimeError("lexical searcher is closed")
+            self._in_flight += 1
+        try:
+            jvm.attach_current_thread()
+            try:
+                hits = self._java.search(text, depth)
+            except Exception as exc:
+                if _is_io_failure(exc):
+                    raise GenerationCorrupted(
+                        f"lexical index at {self._directory} cannot be read: {exc}", directory=self._directory
+                    ) from exc
+                raise
+            ids = self._unit_ids
+            return [(ids[int(h.docid)], float(h.score)) for h in hits]
+        finally:
+            with self._state:
+                self._in_flight -= 1
+                self._state.notify_all()
+
+    def close(self) -> None:
+        with self._state:
+            if self._closed:
+                return
+            self._closed = True
+            while self._in_flight:
+                self._state.wait()
+        jvm.attach_current_thread()
+        self._java.close()
+
+
+def _docid(position: int) -> str:
+    return str(position).zfill(_DOCID_WIDTH)
+
+
+def _sorted_unique_ids(units: Sequence[Unit]) -> list[str]:
+    ids = sorted(u.unit_id for u in units)
+    for a, b in zip(ids, ids[1:], strict=False):
+        if a == b:
+            raise ValueError(f"duplicate unit id {a!r}")
+    return ids
+
+
+def _open_java_searcher(directory: Path) -> Any:
+    jnius = jvm.ensure_jvm()
+    jnius.autoclass("org.apache.lucene.search.IndexSearcher").setMaxClauseCount(_MAX_CLAUSES)
+    try:
+        return jnius.autoclass("io.anserini.search.SimpleSearcher")(str(directory))
+    except Exception as exc:  # IndexNotFoundException, CorruptIndexException, NoSuchFileException
+        raise GenerationCorrupted(
+            f"lexical index at {directory} cannot be opened: {exc}", directory=str(directory)
+        ) from exc
+
+
+def _write_metadata(directory: Path, metadata: dict[str, Any]) -> None:
+    """Atomically: a crash leaves either no metadata file or a complete one."""
+    path = directory / METADATA_FILE
+    tmp = directory / (METADATA_FILE + ".tmp")
+    data = json.dumps(metadata, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _read_metadata(directory: Path) -> list[str]:
+    path = directory / METADATA_FILE
+    try:
+        metadata = json.loads(path.read_bytes())
+        unit_ids = metadata["unit_ids"]
+        fmt, analysis = metadata["format"], metadata["analysis"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise GenerationCorrupted(
+            f"lexical index at {directory} is missing or unfinished ({exc})", directory=str(directory)
+        ) from exc
+    if fmt != _FORMAT or analysis != analysis_revision():
+        raise GenerationCorrupted(
+            f"lexical index at {directory} was built with {analysis!r} (format {fmt}), "
+            f"this build reads {analysis_revision()!r} (format {_FORMAT})",
+            directory=str(directory),
+        )
+    if not isinstance(unit_ids, list) or not all(isinstance(u, str) for u in unit_ids):
+        raise GenerationCorrupted(f"lexical index at {directory} has malformed metadata", directory=str(directory))
+    return unit_ids
