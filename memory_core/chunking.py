@@ -17,14 +17,18 @@ Markdown (``text/markdown``, ``text/x-markdown``):
 - A bare heading (nothing but whitespace before the next heading) is merged into the next
   section when that section is its child (a deeper level): ``# A`` then ``## B`` gives one
   unit with path ``("A", "B")`` whose text starts at ``# A``. A bare heading followed by a
-  sibling, a shallower heading or the end of the document is a small unit of its own.
+  sibling, a shallower heading or the end of the document is a small unit of its own. A unit
+  always takes the heading path of the section holding its last character.
 
 Plain text (every other media type): one unit per paragraph (blank-line separated).
 
 A section or paragraph over ``max_tokens`` is packed greedily from its paragraphs (fenced
 code kept whole), then sentences, then lines, then whitespace-separated words and, last,
 characters (never inside a combining sequence when avoidable), so every unit fits unless one
-character alone does not.
+character alone does not. A split-off tail may join the segments after it. Units with fewer
+than ``min_chars`` visible characters fold into a neighbour when the result fits.
+
+Line endings may be ``\n``, ``\r\n`` or ``\r``; offsets count every code point, ``\r`` included.
 """
 
 from __future__ import annotations
@@ -55,9 +59,7 @@ _SETEXT_UNDERLINE = re.compile(r" {0,3}(=+|-+)[ \t]*$")
 _NOT_PARAGRAPH = re.compile(r" {0,3}(?:[-+*][ \t]|\d{1,9}[.)][ \t]|>)| {4}|\t")
 # A sentence ends at . ! ? or an ellipsis (then closing quotes or brackets) before whitespace,
 # or at a CJK full stop, which needs no space after it.
-_SENTENCE_END = re.compile(
-    r"[.!?\u2026]+[)\]\"'\u2019\u201d\u00bb]*\s+|[\u3002\uff01\uff1f]+[\u300d\u300f)]*\s*"
-)
+_SENTENCE_END = re.compile(r"[.!?\u2026]+[)\]\"'\u2019\u201d\u00bb]*\s+|[\u3002\uff01\uff1f]+[\u300d\u300f)]*\s*")
 _WHITESPACE = re.compile(r"\s+")
 _ZWJ = "\u200d"
 
@@ -279,9 +281,7 @@ class MarkdownChunker:
         self.max_tokens = max_tokens
         self.min_chars = min_chars
         self.parser_revision: str = PARSER_REVISION
-        self.revision: str = (
-            f"{CHUNKER_REVISION}+max{max_tokens}+min{min_chars}+{token_counter.revision}"
-        )
+        self.revision: str = f"{CHUNKER_REVISION}+max{max_tokens}+min{min_chars}+{token_counter.revision}"
 
     def chunk(self, resource_id: str, resource_hash: str, text: str, media_type: str) -> list[Unit]:
         """The resource's units in document order (none for empty or blank text)."""
@@ -309,29 +309,29 @@ class MarkdownChunker:
         """``(start, end, heading_path)`` of each unit, in document order."""
         if is_markdown(media_type):
             return self._markdown(text)
-        out: list[tuple[int, int, tuple[str, ...]]] = []
-        # Each paragraph is its own group, so min_chars merging never crosses paragraphs.
+        pieces: list[Span] = []
         for a, b in _blocks(text, 0, len(text), fences=False):
-            out.extend((s, e, ()) for s, e in self._merge_small(text, self._fit(text, a, b, 0)))
-        return out
+            pieces.extend(self._fit(text, a, b, 0))
+        return [(s, e, ()) for s, e in self._merge_small(text, pieces)]
 
     def _markdown(self, text: str) -> list[tuple[int, int, tuple[str, ...]]]:
         out: list[tuple[int, int, tuple[str, ...]]] = []
-        carry: int | None = None  # start of bare parent headings waiting for their child
+        group: list[Section] = []  # bare parent headings waiting for their child, then the child
         sections = markdown_sections(text)
         for i, sec in enumerate(sections):
-            start = sec.start if carry is None else carry
-            carry = None
+            group.append(sec)
             nxt = sections[i + 1] if i + 1 < len(sections) else None
             bare = sec.level > 0 and _is_blank(text, sec.body_start, sec.end)
             if bare and nxt is not None and nxt.level > sec.level:
-                carry = start
                 continue
-            span = _trim(text, start, sec.end)
-            if span is None:
-                continue
-            pieces = self._pack_blocks(text, _blocks(text, span[0], span[1], fences=True))
-            out.extend((s, e, sec.heading_path) for s, e in self._merge_small(text, pieces))
+            # Whole lines from the section start, so fence tracking matches the parser's.
+            pieces = self._pack_blocks(text, _blocks(text, group[0].start, sec.end, fences=True))
+            # A piece takes the path of the section its last character is in: only when a
+            # merged group is split does a parent heading end up in a piece of its own.
+            for s, e in self._merge_small(text, pieces):
+                owner = next(g for g in reversed(group) if g.start < e)
+                out.append((s, e, owner.heading_path))
+            group = []
         return out
 
     def _fits(self, text: str, start: int, end: int) -> bool:
@@ -412,8 +412,9 @@ class MarkdownChunker:
         return out
 
     def _merge_small(self, text: str, pieces: list[Span]) -> list[Span]:
-        """Fold pieces with fewer than ``min_chars`` visible characters into a neighbour that
-        still fits (within one section or paragraph, so heading paths stay right)."""
+        """Fold pieces with fewer than ``min_chars`` visible characters into a neighbour when the
+        result still fits. Markdown folds within a section only, so heading paths stay right;
+        plain text folds across paragraphs (a lone ``*`` or ``---`` joins the one before it)."""
         if self.min_chars <= 1 or len(pieces) <= 1:
             return pieces
 
