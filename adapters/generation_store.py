@@ -1,0 +1,256 @@
+"""Project Local Storage: ``projects/<id>/generations/<index_revision>/`` (brief §6).
+
+A generation is built in ``generations/.staging-<random>/``, sealed (a ``SEALED`` file lists
+the SHA-256 of every file), fsynced and renamed into place, so a published directory is always
+complete. Deletions rename to ``.trash-<random>`` first: a half-deleted generation never looks
+like a published one, and leftovers are swept by the next ``prune``/``remove_project``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from memory_core.canonical import canonical_json
+from memory_core.errors import GenerationCorrupted, InvalidRequest
+from memory_core.model import Unit, validate_project_id
+
+from .blob_store import fsync_dir
+
+STAGING_PREFIX = ".staging-"
+TRASH_PREFIX = ".trash-"
+SEALED = "SEALED"
+UNITS = "units.jsonl"
+SEAL_FORMAT = 1
+_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+
+def check_revision(index_revision: str) -> str:
+    if not isinstance(index_revision, str) or not _REVISION.match(index_revision):
+        raise InvalidRequest(f"invalid index revision {index_revision!r}", index_revision=index_revision)
+    return index_revision
+
+
+def _hash_and_sync(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+        os.fsync(f.fileno())
+    return digest.hexdigest()
+
+
+def _hash_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_owner_only(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def read_seal(directory: Path) -> dict[str, str]:
+    """The sealed ``relative path -> sha256`` map; GenerationCorrupted if absent or unreadable."""
+    try:
+        raw: Any = json.loads((directory / SEALED).read_bytes())
+        files = raw["files"]
+        if raw.get("format") != SEAL_FORMAT or not isinstance(files, dict):
+            raise ValueError("unknown seal format")
+        return {str(k): str(v) for k, v in files.items()}
+    except FileNotFoundError:
+        raise GenerationCorrupted(
+            f"generation {str(directory)!r} is not sealed (missing or never published)",
+            directory=str(directory),
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise GenerationCorrupted(
+            f"generation {str(directory)!r} has an unreadable {SEALED} file: {exc}", directory=str(directory)
+        ) from exc
+
+
+class FileGenerationStore:
+    """Implements ``memory_core.ports.GenerationStore`` under ``projects_root``."""
+
+    def __init__(self, projects_root: str | os.PathLike[str], staging_ttl_s: float = 3600.0) -> None:
+        self.root = Path(projects_root)
+        # A staging directory younger than this may belong to a build still running elsewhere.
+        self.staging_ttl_s = staging_ttl_s
+
+    def generations_dir(self, project_id: str) -> Path:
+        return self.root / validate_project_id(project_id) / "generations"
+
+    def generation_dir(self, project_id: str, index_revision: str) -> Path:
+        return self.generations_dir(project_id) / check_revision(index_revision)
+
+    def list_generations(self, project_id: str) -> list[str]:
+        """Index revisions published for the project, sorted."""
+        gens = self.generations_dir(project_id)
+        try:
+            names = os.listdir(gens)
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in names if _REVISION.match(n) and (gens / n).is_dir())
+
+    def stage(self, project_id: str) -> Path:
+        gens = self.generations_dir(project_id)
+        gens.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=gens))  # mkdtemp makes it 0700
+
+    def write_units(self, directory: Path, units: Sequence[Unit]) -> None:
+        body = b"".join(canonical_json(u.to_dict()) + b"\n" for u in units)
+        try:
+            _write_owner_only(Path(directory) / UNITS, body)
+        except FileNotFoundError:
+            raise GenerationCorrupted(
+                f"staging directory {str(directory)!r} does not exist", directory=str(directory)
+            ) from None
+
+    def publish(self, project_id: str, staging: Path, index_revision: str) -> Path:
+        staging = self._own_staging(project_id, staging)
+        target = self.generation_dir(project_id, index_revision)
+        if not staging.is_dir():
+            raise GenerationCorrupted(f"staging directory {str(staging)!r} is gone", directory=str(staging))
+        if not (staging / UNITS).is_file():
+            raise GenerationCorrupted(f"staging directory {str(staging)!r} has no {UNITS}", directory=str(staging))
+        if target.exists() and self._keep_existing(target):
+            self.discard(staging)
+            return target
+        self._seal(staging, index_revision)
+        try:
+            os.rename(staging, target)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            # Another builder published the same revision first; its content is identical.
+            self.discard(staging)
+        fsync_dir(target.parent)
+        return target
+
+    def load_units(self, directory: Path) -> list[Unit]:
+        directory = Path(directory)
+        seal = read_seal(directory)
+        try:
+            data = (directory / UNITS).read_bytes()
+        except FileNotFoundError:
+            raise GenerationCorrupted(f"generation {str(directory)!r} has no {UNITS}") from None
+        if seal.get(UNITS) != hashlib.sha256(data).hexdigest():
+            raise GenerationCorrupted(
+                f"generation {str(directory)!r}: {UNITS} does not match its seal", directory=str(directory)
+            )
+        return [Unit.from_dict(json.loads(line)) for line in data.splitlines() if line]
+
+    def verify(self, directory: Path) -> None:
+        """Re-hash every sealed file; GenerationCorrupted on a missing file or a mismatch.
+        Files added after sealing are ignored (readers may leave lock files)."""
+        directory = Path(directory)
+        for rel, expected in sorted(read_seal(directory).items()):
+            try:
+                actual = _hash_file(directory / rel)
+            except FileNotFoundError:
+                raise GenerationCorrupted(
+                    f"generation {str(directory)!r} lost {rel}", directory=str(directory), file=rel
+                ) from None
+            if actual != expected:
+                raise GenerationCorrupted(
+                    f"generation {str(directory)!r}: {rel} does not match its seal",
+                    directory=str(directory),
+                    file=rel,
+                )
+
+    def prune(self, project_id: str, keep: set[str]) -> None:
+        """Remove published generations not in ``keep``, stale staging dirs and leftover trash."""
+        gens = self.generations_dir(project_id)
+        try:
+            entries = sorted(os.scandir(gens), key=lambda e: e.name)
+        except FileNotFoundError:
+            return
+        stale_before = time.time() - self.staging_ttl_s
+        for entry in entries:
+            if entry.name in keep or not entry.is_dir(follow_symlinks=False):
+                continue
+            if entry.name.startswith(TRASH_PREFIX):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            elif entry.name.startswith(STAGING_PREFIX):
+                if entry.stat(follow_symlinks=False).st_mtime <= stale_before:
+                    self._trash(Path(entry.path))
+            elif _REVISION.match(entry.name):
+                self._trash(Path(entry.path))
+
+    def discard(self, staging: Path) -> None:
+        staging = Path(staging)
+        if not staging.name.startswith(STAGING_PREFIX) or not staging.is_relative_to(self.root):
+            raise InvalidRequest(f"{str(staging)!r} is not a staging directory of this store")
+        shutil.rmtree(staging, ignore_errors=True)
+
+    def remove_project(self, project_id: str) -> None:
+        """Delete the project's Local Storage (never its Runs or Cases, which live in local.db)."""
+        project = self.root / validate_project_id(project_id)
+        if project.exists():
+            self._trash(project)
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self.root):
+                if entry.name.startswith(TRASH_PREFIX):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _own_staging(self, project_id: str, staging: Path) -> Path:
+        staging = Path(staging)
+        if staging.parent != self.generations_dir(project_id) or not staging.name.startswith(STAGING_PREFIX):
+            raise InvalidRequest(
+                f"{str(staging)!r} is not a staging directory of project {project_id!r}",
+                project=project_id,
+            )
+        return staging
+
+    def _seal(self, staging: Path, index_revision: str) -> None:
+        files: dict[str, str] = {}
+        for dirpath, dirnames, filenames in os.walk(staging):
+            dirnames.sort()
+            here = Path(dirpath)
+            for name in sorted(filenames):
+                path = here / name
+                rel = path.relative_to(staging).as_posix()
+                if rel != SEALED:
+                    files[rel] = _hash_and_sync(path)
+            fsync_dir(here)
+        seal = {"format": SEAL_FORMAT, "index_revision": index_revision, "files": files}
+        _write_owner_only(staging / SEALED, canonical_json(seal))
+        fsync_dir(staging)
+
+    def _keep_existing(self, target: Path) -> bool:
+        """True when ``target`` is a sound published generation; a corrupted one is trashed so
+        that publishing the same revision again repairs it."""
+        try:
+            self.verify(target)
+            return True
+        except GenerationCorrupted:
+            self._trash(target)
+            return False
+
+    def _trash(self, path: Path) -> None:
+        trash = path.parent / f"{TRASH_PREFIX}{secrets.token_hex(8)}"
+        try:
+            os.rename(path, trash)
+        except FileNotFoundError:
+            return
+        fsync_dir(path.parent)
+        shutil.rmtree(trash, ignore_errors=True)

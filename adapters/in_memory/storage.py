@@ -1,0 +1,294 @@
+"""In-memory twins of the storage ports, for fast core tests. Same contracts as the real
+adapters (``tests/contracts``), no disk."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
+from pathlib import Path
+
+import attrs
+
+from memory_core.adapters.blob_store import check_digest
+from memory_core.adapters.filesystem_sources import (
+    DEFAULT_MAX_BYTES,
+    is_hidden,
+    media_type_for,
+    text_problem,
+    too_large,
+)
+from memory_core.adapters.generation_store import STAGING_PREFIX, check_revision
+from memory_core.adapters.sqlite.catalog import manifest_json
+from memory_core.canonical import sha256_hex
+from memory_core.errors import (
+    BlobCorrupted,
+    BlobNotFound,
+    GenerationCorrupted,
+    InvalidRequest,
+    ProjectExists,
+    ProjectNotFound,
+    SourceUnavailable,
+)
+from memory_core.model import (
+    EffectiveMemory,
+    Generation,
+    ManifestEntry,
+    Project,
+    ScannedResource,
+    Source,
+    Unit,
+    validate_project_id,
+)
+
+
+@attrs.define
+class _Pointer:
+    current: Generation | None = None
+    previous: Generation | None = None
+
+
+def _not_found(project_id: str) -> ProjectNotFound:
+    return ProjectNotFound(f"unknown project {project_id!r}", project=project_id)
+
+
+class InMemoryCatalog:
+    """Catalog port plus the manifest and file-hash cache helpers of SqliteCatalog."""
+
+    def __init__(self) -> None:
+        self._projects: dict[str, Project] = {}
+        self._pointers: dict[str, _Pointer] = {}
+        self._manifests: dict[str, tuple[ManifestEntry, ...]] = {}
+        self._file_hashes: dict[str, tuple[int, int, str]] = {}
+
+    def add_project(self, project: Project) -> None:
+        validate_project_id(project.project_id)
+        if project.project_id in self._projects:
+            raise ProjectExists(f"project {project.project_id!r} already exists", project=project.project_id)
+        self._projects[project.project_id] = project
+        self._pointers[project.project_id] = _Pointer()
+
+    def get_project(self, project_id: str) -> Project:
+        try:
+            return self._projects[project_id]
+        except KeyError:
+            raise _not_found(project_id) from None
+
+    def list_projects(self) -> list[Project]:
+        return [self._projects[k] for k in sorted(self._projects)]
+
+    def remove_project(self, project_id: str) -> None:
+        self.get_project(project_id)
+        del self._projects[project_id]
+        del self._pointers[project_id]
+
+    def current_generation(self, project_id: str) -> Generation | None:
+        self.get_project(project_id)
+        return self._pointers[project_id].current
+
+    def previous_generation(self, project_id: str) -> Generation | None:
+        self.get_project(project_id)
+        return self._pointers[project_id].previous
+
+    def set_current_generation(self, generation: Generation) -> None:
+        self.get_project(generation.project_id)
+        pointer = self._pointers[generation.project_id]
+        if pointer.current is not None and pointer.current.index_revision == generation.index_revision:
+            pointer.current = generation
+        else:
+            pointer.previous, pointer.current = pointer.current, generation
+
+    def put_manifest(self, effective_memory: EffectiveMemory) -> str:
+        digest = sha256_hex(manifest_json(effective_memory.entries))
+        if digest != effective_memory.hash:
+            raise InvalidRequest(
+                "Effective Memory hash does not match its manifest",
+                expected=effective_memory.hash,
+                actual=digest,
+            )
+        self._manifests.setdefault(digest, tuple(effective_memory.entries))
+        return digest
+
+    def get_manifest(self, manifest_hash: str) -> tuple[ManifestEntry, ...] | None:
+        return self._manifests.get(manifest_hash)
+
+    def get_file_hash(self, path: str, size: int, mtime_ns: int) -> str | None:
+        hit = self._file_hashes.get(path)
+        return hit[2] if hit is not None and hit[:2] == (size, mtime_ns) else None
+
+    def put_file_hashes(self, rows: Iterable[tuple[str, int, int, str]]) -> None:
+        for path, size, mtime_ns, digest in rows:
+            self._file_hashes[path] = (size, mtime_ns, digest)
+
+    def close(self) -> None:
+        pass
+
+
+class InMemoryBlobStore:
+    """BlobStore port over a dict; ``blobs`` is public so tests can corrupt an entry."""
+
+    def __init__(self) -> None:
+        self.blobs: dict[str, bytes] = {}
+
+    def put(self, data: bytes) -> str:
+        digest = sha256_hex(data)
+        self.blobs.setdefault(digest, bytes(data))
+        return digest
+
+    def get(self, digest: str) -> bytes:
+        check_digest(digest)
+        try:
+            data = self.blobs[digest]
+        except KeyError:
+            raise BlobNotFound(f"blob {digest} is not in the store", digest=digest) from None
+        actual = sha256_hex(data)
+        if actual != digest:
+            raise BlobCorrupted(f"blob {digest} is corrupted (its content hashes to {actual})", digest=digest)
+        return data
+
+    def exists(self, digest: str) -> bool:
+        return check_digest(digest) in self.blobs
+
+    def delete(self, digest: str) -> None:
+        self.blobs.pop(check_digest(digest), None)
+
+    def digests(self) -> Iterator[str]:
+        return iter(sorted(self.blobs))
+
+
+class InMemoryGenerationStore:
+    """GenerationStore port; directories are fake paths under ``/in-memory/projects``."""
+
+    def __init__(self) -> None:
+        self.root = Path("/in-memory/projects")
+        self._staging: dict[Path, list[Unit] | None] = {}
+        self._published: dict[Path, list[Unit]] = {}
+        self._corrupted: set[Path] = set()
+        self._counter = itertools.count(1)
+
+    def generations_dir(self, project_id: str) -> Path:
+        return self.root / validate_project_id(project_id) / "generations"
+
+    def generation_dir(self, project_id: str, index_revision: str) -> Path:
+        return self.generations_dir(project_id) / check_revision(index_revision)
+
+    def list_generations(self, project_id: str) -> list[str]:
+        gens = self.generations_dir(project_id)
+        return sorted(p.name for p in self._published if p.parent == gens)
+
+    def stage(self, project_id: str) -> Path:
+        staging = self.generations_dir(project_id) / f"{STAGING_PREFIX}{next(self._counter)}"
+        self._staging[staging] = None
+        return staging
+
+    def write_units(self, directory: Path, units: Sequence[Unit]) -> None:
+        if directory not in self._staging:
+            raise GenerationCorrupted(f"staging directory {str(directory)!r} does not exist")
+        self._staging[directory] = list(units)
+
+    def publish(self, project_id: str, staging: Path, index_revision: str) -> Path:
+        if staging.parent != self.generations_dir(project_id) or not staging.name.startswith(STAGING_PREFIX):
+            raise InvalidRequest(f"{str(staging)!r} is not a staging directory of project {project_id!r}")
+        target = self.generation_dir(project_id, index_revision)
+        if staging not in self._staging:
+            raise GenerationCorrupted(f"staging directory {str(staging)!r} is gone")
+        units = self._staging[staging]
+        if units is None:
+            raise GenerationCorrupted(f"staging directory {str(staging)!r} has no units.jsonl")
+        del self._staging[staging]
+        if target not in self._published or target in self._corrupted:
+            self._published[target] = units
+            self._corrupted.discard(target)
+        return target
+
+    def load_units(self, directory: Path) -> list[Unit]:
+        self.verify(directory)
+        return list(self._published[directory])
+
+    def verify(self, directory: Path) -> None:
+        if directory not in self._published:
+            raise GenerationCorrupted(f"generation {str(directory)!r} is not sealed")
+        if directory in self._corrupted:
+            raise GenerationCorrupted(f"generation {str(directory)!r} does not match its seal")
+
+    def corrupt(self, directory: Path) -> None:
+        """Test hook: make a published generation fail verification."""
+        self._corrupted.add(directory)
+
+    def prune(self, project_id: str, keep: set[str]) -> None:
+        gens = self.generations_dir(project_id)
+        for path in [p for p in self._published if p.parent == gens and p.name not in keep]:
+            del self._published[path]
+
+    def discard(self, staging: Path) -> None:
+        if not staging.name.startswith(STAGING_PREFIX) or not staging.is_relative_to(self.root):
+            raise InvalidRequest(f"{str(staging)!r} is not a staging directory of this store")
+        self._staging.pop(staging, None)
+
+    def remove_project(self, project_id: str) -> None:
+        project = self.root / validate_project_id(project_id)
+        for table in (self._staging, self._published):
+            for path in [p for p in table if p.is_relative_to(project)]:
+                del table[path]
+
+
+class InMemoryScanner:
+    """SourceScanner port over ``{source path: {relative path: bytes}}``. The mapping is live:
+    edit it (or use ``write``/``remove``) to simulate files changing."""
+
+    def __init__(
+        self,
+        sources: MutableMapping[str, MutableMapping[str, bytes]] | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
+        self.sources: MutableMapping[str, MutableMapping[str, bytes]] = sources if sources is not None else {}
+        self.max_bytes = max_bytes
+        self._where: dict[str, tuple[str, str]] = {}
+
+    def write(self, source_path: str, relative_path: str, data: bytes) -> None:
+        self.sources.setdefault(source_path, {})[relative_path] = data
+
+    def remove(self, source_path: str, relative_path: str) -> None:
+        del self.sources[source_path][relative_path]
+
+    def scan(self, source: Source) -> tuple[list[ScannedResource], list[str]]:
+        files: Mapping[str, bytes] | None = self.sources.get(source.path)
+        if files is None:
+            raise SourceUnavailable(f"source {source.path!r} is unavailable", path=source.path)
+        resources: list[ScannedResource] = []
+        warnings: list[str] = []
+        for rel in sorted(files):
+            media_type = media_type_for(rel)
+            if is_hidden(rel) or media_type is None:
+                continue
+            data = files[rel]
+            path = f"{source.path.rstrip('/')}/{rel}"
+            problem = too_large(len(data), self.max_bytes) if len(data) > self.max_bytes else text_problem(data)
+            if problem:
+                warnings.append(f"skipped {path}: {problem}")
+                continue
+            self._where[path] = (source.path, rel)
+            resources.append(
+                ScannedResource(
+                    resource_id=rel,
+                    layer=source.layer,
+                    uri=f"memory://{path}",
+                    resource_hash=sha256_hex(data),
+                    byte_size=len(data),
+                    media_type=media_type,
+                    path=path,
+                )
+            )
+        return resources, warnings
+
+    def read(self, resource: ScannedResource) -> bytes:
+        source_path, rel = self._where.get(resource.path, ("", ""))
+        data = self.sources.get(source_path, {}).get(rel)
+        if data is None:
+            raise SourceUnavailable(f"cannot read {resource.path}: no such file", path=resource.path)
+        if sha256_hex(data) != resource.resource_hash:
+            raise SourceUnavailable(
+                f"{resource.path} changed since it was scanned; scan the source again",
+                path=resource.path,
+                resource_id=resource.resource_id,
+            )
+        return bytes(data)

@@ -1,0 +1,232 @@
+"""The Catalog port over ``local.db``: projects, generation pointers, manifests, file-hash cache."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+import apsw
+
+from memory_core.canonical import canonical_json, sha256_hex
+from memory_core.errors import InvalidRequest, ProjectExists, ProjectNotFound
+from memory_core.model import (
+    EffectiveMemory,
+    Generation,
+    IndexRevisions,
+    Layer,
+    ManifestEntry,
+    Project,
+    Source,
+    validate_project_id,
+)
+
+from .database import storage_errors, utc_now_iso, write_transaction
+
+FileHashRow = tuple[str, int, int, str]  # (path, size, mtime_ns, sha256)
+
+_GENERATION_COLUMNS = (
+    "project_id, index_revision, effective_memory_hash, unit_count, resource_count, "
+    "revisions_json, created_at, directory"
+)
+_G_COLUMNS = ", ".join(f"g.{c.strip()}" for c in _GENERATION_COLUMNS.split(","))
+
+
+class _Clock(Protocol):
+    def now_iso(self) -> str: ...
+
+
+class _UtcClock:
+    def now_iso(self) -> str:
+        return utc_now_iso()
+
+
+def manifest_json(entries: Sequence[ManifestEntry]) -> bytes:
+    """The canonical manifest whose SHA-256 is the Effective Memory hash."""
+    return canonical_json([e.to_dict() for e in entries])
+
+
+def _generation_from_row(row: Sequence[Any]) -> Generation:
+    revisions = json.loads(str(row[5]))
+    return Generation(
+        project_id=str(row[0]),
+        index_revision=str(row[1]),
+        effective_memory_hash=str(row[2]),
+        unit_count=int(row[3]),
+        resource_count=int(row[4]),
+        revisions=IndexRevisions(**revisions),
+        created_at=str(row[6]),
+        directory=str(row[7]),
+    )
+
+
+class SqliteCatalog:
+    """Implements ``memory_core.ports.Catalog``; the connection comes from ``open_database``."""
+
+    def __init__(self, conn: apsw.Connection, clock: _Clock | None = None) -> None:
+        self._conn = conn
+        self._clock = clock or _UtcClock()
+
+    @property
+    def connection(self) -> apsw.Connection:
+        return self._conn
+
+    # -- projects ---------------------------------------------------------------------------
+
+    def add_project(self, project: Project) -> None:
+        validate_project_id(project.project_id)
+        with storage_errors("cannot add project"), write_transaction(self._conn) as conn:
+            if self._exists(project.project_id):
+                raise ProjectExists(f"project {project.project_id!r} already exists", project=project.project_id)
+            conn.execute(
+                "INSERT INTO projects(project_id, created_at) VALUES (?, ?)",
+                (project.project_id, project.created_at),
+            )
+            conn.executemany(
+                "INSERT INTO project_sources(project_id, ordinal, path, layer) VALUES (?, ?, ?, ?)",
+                [(project.project_id, i, s.path, s.layer.value) for i, s in enumerate(project.sources)],
+            )
+
+    def get_project(self, project_id: str) -> Project:
+        with storage_errors("cannot read project"), self._conn:
+            rows = self._conn.execute("SELECT created_at FROM projects WHERE project_id = ?", (project_id,)).fetchall()
+            if not rows:
+                raise _not_found(project_id)
+            return Project(project_id, self._sources(project_id), str(rows[0][0]))
+
+    def list_projects(self) -> list[Project]:
+        with storage_errors("cannot list projects"), self._conn:
+            rows = self._conn.execute("SELECT project_id, created_at FROM projects ORDER BY project_id").fetchall()
+            return [Project(str(pid), self._sources(str(pid)), str(created)) for pid, created in rows]
+
+    def remove_project(self, project_id: str) -> None:
+        """Deletes the project, its sources, generation rows and pointer (cascade)."""
+        with storage_errors("cannot remove project"), write_transaction(self._conn) as conn:
+            conn.execute("DELETE FROM projects WHERE project_id = ?", (project_id,))
+            if conn.changes() == 0:
+                raise _not_found(project_id)
+
+    # -- generations ------------------------------------------------------------------------
+
+    def current_generation(self, project_id: str) -> Generation | None:
+        return self._pointed(project_id, "current_revision")
+
+    def previous_generation(self, project_id: str) -> Generation | None:
+        return self._pointed(project_id, "previous_revision")
+
+    def set_current_generation(self, generation: Generation) -> None:
+        """One transaction: upsert the generation row, move the pointer (old current becomes
+        previous) and drop rows of generations that are now neither current nor previous."""
+        g = generation
+        with storage_errors("cannot record generation"), write_transaction(self._conn) as conn:
+            if not self._exists(g.project_id):
+                raise _not_found(g.project_id)
+            conn.execute(
+                f"INSERT OR REPLACE INTO generations({_GENERATION_COLUMNS}, manifest_hash) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    g.project_id,
+                    g.index_revision,
+                    g.effective_memory_hash,
+                    g.unit_count,
+                    g.resource_count,
+                    canonical_json(g.revisions.to_dict()).decode("utf-8"),
+                    g.created_at,
+                    g.directory,
+                    g.effective_memory_hash,
+                ),
+            )
+            rows = conn.execute(
+                "SELECT current_revision, previous_revision FROM project_generation_pointers WHERE project_id = ?",
+                (g.project_id,),
+            ).fetchall()
+            current, previous = (rows[0][0], rows[0][1]) if rows else (None, None)
+            if current != g.index_revision:
+                previous, current = current, g.index_revision
+            conn.execute(
+                "INSERT OR REPLACE INTO project_generation_pointers"
+                "(project_id, current_revision, previous_revision) VALUES (?, ?, ?)",
+                (g.project_id, current, previous),
+            )
+            conn.execute(
+                "DELETE FROM generations WHERE project_id = ? AND index_revision NOT IN (?, ?)",
+                (g.project_id, current, previous if previous is not None else current),
+            )
+
+    # -- manifests --------------------------------------------------------------------------
+
+    def put_manifest(self, effective_memory: EffectiveMemory) -> str:
+        """Store the canonical manifest once under its hash; returns the hash."""
+        body = manifest_json(effective_memory.entries)
+        digest = sha256_hex(body)
+        if digest != effective_memory.hash:
+            raise InvalidRequest(
+                "Effective Memory hash does not match its manifest",
+                expected=effective_memory.hash,
+                actual=digest,
+            )
+        with storage_errors("cannot store manifest"), write_transaction(self._conn) as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO manifests(manifest_hash, entries_json, created_at) VALUES (?, ?, ?)",
+                (digest, body.decode("utf-8"), self._clock.now_iso()),
+            )
+        return digest
+
+    def get_manifest(self, manifest_hash: str) -> tuple[ManifestEntry, ...] | None:
+        with storage_errors("cannot read manifest"):
+            rows = self._conn.execute(
+                "SELECT entries_json FROM manifests WHERE manifest_hash = ?", (manifest_hash,)
+            ).fetchall()
+        if not rows:
+            return None
+        return tuple(ManifestEntry.from_dict(e) for e in json.loads(str(rows[0][0])))
+
+    # -- file-hash cache (used by FileSystemScanner) ----------------------------------------
+
+    def get_file_hash(self, path: str, size: int, mtime_ns: int) -> str | None:
+        with storage_errors("cannot read file-hash cache"):
+            rows = self._conn.execute(
+                "SELECT sha256 FROM file_hash_cache WHERE path = ? AND size = ? AND mtime_ns = ?",
+                (path, size, mtime_ns),
+            ).fetchall()
+        return str(rows[0][0]) if rows else None
+
+    def put_file_hashes(self, rows: Iterable[FileHashRow]) -> None:
+        batch = list(rows)
+        if not batch:
+            return
+        with storage_errors("cannot write file-hash cache"), write_transaction(self._conn) as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO file_hash_cache(path, size, mtime_ns, sha256) VALUES (?, ?, ?, ?)",
+                batch,
+            )
+
+    def close(self) -> None:
+        self._conn.close()
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _exists(self, project_id: str) -> bool:
+        return bool(self._conn.execute("SELECT 1 FROM projects WHERE project_id = ?", (project_id,)).fetchall())
+
+    def _sources(self, project_id: str) -> tuple[Source, ...]:
+        rows = self._conn.execute(
+            "SELECT path, layer FROM project_sources WHERE project_id = ? ORDER BY ordinal", (project_id,)
+        ).fetchall()
+        return tuple(Source(str(path), Layer(layer)) for path, layer in rows)
+
+    def _pointed(self, project_id: str, column: str) -> Generation | None:
+        with storage_errors("cannot read generation"), self._conn:
+            if not self._exists(project_id):
+                raise _not_found(project_id)
+            rows = self._conn.execute(
+                f"SELECT {_G_COLUMNS} FROM project_generation_pointers p "
+                f"JOIN generations g ON g.project_id = p.project_id AND g.index_revision = p.{column} "
+                "WHERE p.project_id = ?",
+                (project_id,),
+            ).fetchall()
+        return _generation_from_row(rows[0]) if rows else None
+
+
+def _not_found(project_id: str) -> ProjectNotFound:
+    return ProjectNotFound(f"unknown project {project_id!r}", project=project_id)
