@@ -54,6 +54,119 @@ class RunFailure:
         return cls(error_summary=error_summary[:MAX_ERROR_SUMMARY], **fields)  # type: ignore[arg-type]
 
 
+@attrs.frozen
+class CandidateRecord:
+    """One stored candidate: every stage's rank and score, disposition, code or action."""
+
+    unit_id: str
+    resource_id: str
+    unit_hash: str
+    resource_hash: str
+    heading_path: tuple[str, ...]
+    token_count: int
+    exact_rank: int | None
+    exact_score: float | None
+    bm25_rank: int | None
+    bm25_score: float | None
+    lexical_rank: int | None
+    dense_rank: int | None
+    dense_score: float | None
+    dense_similarity: float | None
+    rrf_rank: int
+    rrf_score: float
+    rerank_rank: int | None
+    rerank_score: float | None
+    final_rank: int
+    final_score: float | None
+    disposition: str
+    exclusion_code: str | None
+    delta_action: str | None
+
+    @classmethod
+    def from_candidate(cls, c: Candidate) -> CandidateRecord:
+        u = c.unit
+        return cls(
+            unit_id=u.unit_id,
+            resource_id=u.resource_id,
+            unit_hash=u.unit_hash,
+            resource_hash=u.resource_hash,
+            heading_path=u.heading_path,
+            token_count=u.token_count,
+            exact_rank=c.exact_rank,
+            exact_score=c.exact_score,
+            bm25_rank=c.bm25_rank,
+            bm25_score=c.bm25_score,
+            lexical_rank=c.lexical_rank,
+            dense_rank=c.dense_rank,
+            dense_score=c.dense_score,
+            dense_similarity=c.dense_similarity,
+            rrf_rank=c.rrf_rank,
+            rrf_score=c.rrf_score,
+            rerank_rank=c.rerank_rank,
+            rerank_score=c.rerank_score,
+            final_rank=c.final_rank,
+            final_score=c.final_score,
+            disposition=c.disposition,
+            exclusion_code=c.exclusion_code,
+            delta_action=c.delta_action,
+        )
+
+
+@attrs.frozen
+class RunSummary:
+    run_id: str
+    project_id: str
+    query: str
+    status: str
+    started_at: str
+    finished_at: str | None
+    state_fingerprint: str
+    token_budget: int
+    effective_memory_hash: str | None
+    index_revision: str | None
+    warm: bool | None
+    candidate_count: int
+    fragment_count: int
+    token_count: int
+    total_ms: float | None
+    error_stage: str | None
+    error_code: str | None
+    error_summary: str | None
+    pinned: bool
+
+
+@attrs.frozen
+class RunDetail:
+    """A Run with its full trace: revisions, stage latencies and every candidate in final order."""
+
+    summary: RunSummary
+    revisions: Mapping[str, str]
+    latency_ms: Mapping[str, float]
+    candidates: tuple[CandidateRecord, ...]
+
+
+@attrs.frozen
+class RunFilter:
+    project_id: str | None = None
+    status: str | None = None
+    since: str | None = None  # ISO-8601, inclusive
+    until: str | None = None  # ISO-8601, exclusive
+    query_contains: str | None = None
+
+
+@attrs.frozen
+class RunPage:
+    runs: tuple[RunSummary, ...]
+    next_cursor: str | None
+
+
+@attrs.frozen
+class ClearReport:
+    deleted_runs: int
+    kept_pinned: int
+    deleted_blobs: int
+
+
 class RunRecorder(Protocol):
     def start(self, run: RunStart) -> str: ...
 
@@ -73,3 +186,23 @@ class NullRecorder:
 
     def fail(self, run_id: str, failure: RunFailure) -> None:
         return None
+
+
+MAX_RUNS_PER_PROJECT = 500  # unpinned Runs kept per project; the oldest are pruned on insert
+MAX_PAGE = 500
+
+
+class RunStore(RunRecorder, Protocol):
+    """Recorded Runs: read, recover and clear (seed "Status and recovery", brief §5-§6)."""
+
+    def list_runs(self, run_filter: RunFilter, *, limit: int = 50, cursor: str | None = None) -> RunPage: ...
+
+    def get_run(self, run_id: str) -> RunDetail: ...
+
+    def recover_interrupted(self) -> int:
+        """Mark ``running`` Runs whose owner process is gone ``failed`` (retrieval_interrupted)."""
+        ...
+
+    def clear(self, project_id: str | None = None) -> ClearReport:
+        """Delete unpinned Runs (one project or all) and garbage-collect unreferenced blobs."""
+        ...
