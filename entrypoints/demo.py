@@ -22,13 +22,14 @@ from memory_core.model import Layer, Source
 
 PROJECT = "demo"
 QUERIES = (
-    "How do I roll back a bad deploy of ledger-api?",
-    "Why did we choose ADR-0004 advisory locks for idempotency?",
-    "what does conventions/code-review.md require for posting_engine changes?",
-    "Kafka consumer lag is growing on the postings topic, what do I check?",
+    "How do we make sure a retried posting isn't applied twice?",
+    "What did the amendment to ADR-0004 change about lock key derivation?",
+    "How many approvals does a pull request touching posting_engine need?",
+    "What should I change in deploy/helm/values-prod.yaml to lower max_batch_size during consumer lag?",
 )
-FOLLOW_UP = QUERIES[0]
-EDIT_NOTE = "\n\nReviewed after the 2026-03-14 incident: always pause the Kafka consumers before reverting."
+# Overlaps the first question: the agent already holds some of the answer.
+FOLLOW_UP = "Why did idempotency fail in the duplicate postings incident, and how were the duplicates corrected?"
+EDIT_NOTE = "\n\nReviewed on 2026-03-24 after the duplicate-postings incident: derive lock keys from the full idempotency key."
 
 
 def demo_source_root() -> Path:

@@ -84,4 +84,7 @@ def latency_line(activation: Activation) -> str:
 
 
 def console() -> Console:
-    return Console()
+    """A console that keeps the stage table readable when output is piped (rich defaults to 80)."""
+    import sys
+
+    return Console() if sys.stdout.isatty() else Console(width=160)
