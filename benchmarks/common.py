@@ -1,0 +1,45 @@
+"""Shared helpers: where results go, the machine and date every figure states."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+CRANFIELD = ROOT.parent / "shared" / "data" / "cranfield"
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "processor": platform.processor() or platform.machine(),
+    }
+
+
+def write_result(name: str, result: dict[str, Any]) -> dict[str, Any]:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    result = {"machine": machine(), **result}
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    return result
+
+
+def read_result(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(1, -(-len(ordered) * p // 100))
+    return ordered[int(rank) - 1]
