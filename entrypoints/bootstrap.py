@@ -138,3 +138,57 @@ def bootstrap(
 
 
 __all__ = ["bootstrap", "Path"]
+
+
+def bootstrap_in_memory(**overrides: Any) -> Engine:
+    """An engine wired to the in-memory adapters: no disk, no JVM, no model. For fast tests and
+    for embedding memory-core where persistence is not wanted; any part can still be overridden."""
+    from memory_core.adapters.in_memory.lexical import InMemoryLexicalIndexFactory
+    from memory_core.adapters.in_memory.storage import (
+        InMemoryBlobStore,
+        InMemoryCatalog,
+        InMemoryGenerationStore,
+        InMemoryScanner,
+    )
+    from memory_core.adapters.in_memory.vectors import (
+        HashingEmbedder,
+        InMemoryEmbeddingCache,
+        InMemoryVectorIndexFactory,
+        WhitespaceTokenCounter,
+    )
+    from memory_core.chunking import MarkdownChunker
+
+    catalog = overrides.pop("catalog", None) or InMemoryCatalog()
+    embedder = overrides.pop("embedder", None) or HashingEmbedder()
+    parts: dict[str, Any] = {
+        "catalog": catalog,
+        "manifests": catalog,
+        "scanner": InMemoryScanner(),
+        "blobs": InMemoryBlobStore(),
+        "generations": InMemoryGenerationStore(),
+        "chunker": MarkdownChunker(WhitespaceTokenCounter(), max_tokens=64),
+        "embedder": embedder,
+        "embedding_cache": InMemoryEmbeddingCache(),
+        "lexical": InMemoryLexicalIndexFactory(),
+        "vectors": InMemoryVectorIndexFactory(),
+        "reranker": ConvexFusionReranker(),
+        "profile": RankingProfile(),
+    }
+    parts.update(overrides)
+    for factory in (parts["lexical"], parts["vectors"]):
+        if hasattr(factory, "relocate") and hasattr(parts["generations"], "on_publish"):
+            parts["generations"].on_publish.append(factory.relocate)
+    recorder = parts.pop("recorder", None)
+    profile = parts.pop("profile")
+    reranker = parts.pop("reranker")
+    indexer = Indexer(
+        catalog=parts["catalog"], manifests=parts["manifests"], scanner=parts["scanner"], blobs=parts["blobs"],
+        generations=parts["generations"], chunker=parts["chunker"], embedder=parts["embedder"],
+        embedding_cache=parts["embedding_cache"], lexical=parts["lexical"], vectors=parts["vectors"], now=utc_now,
+    )
+    extra: dict[str, Any] = {"recorder": recorder} if recorder is not None else {}
+    return Engine(
+        catalog=parts["catalog"], manifests=parts["manifests"], generations=parts["generations"], indexer=indexer,
+        embedder=parts["embedder"], lexical=parts["lexical"], vectors=parts["vectors"], reranker=reranker,
+        now=utc_now, profile=profile, **extra,
+    )

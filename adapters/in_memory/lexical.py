@@ -110,6 +110,13 @@ class InMemoryLexicalIndexFactory:
         with self._lock:
             self._indexes[_key(directory)] = index
 
+    def relocate(self, old: Path, new: Path) -> None:
+        """Follow a directory rename (an in-memory generation store publishing a staging dir)."""
+        old_key, new_key = _key(old), _key(new)
+        with self._lock:
+            for key in [k for k in self._indexes if k == old_key or k.startswith(old_key + os.sep)]:
+                self._indexes[new_key + key[len(old_key) :]] = self._indexes.pop(key)
+
     def open(self, directory: Path) -> InMemoryLexicalSearcher:
         with self._lock:
             index = self._indexes.get(_key(directory))

@@ -4,7 +4,7 @@ adapters (``tests/contracts``), no disk."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -164,6 +164,9 @@ class InMemoryGenerationStore:
         self._published: dict[Path, list[Unit]] = {}
         self._corrupted: set[Path] = set()
         self._counter = itertools.count(1)
+        # Called with (staging, published) after a publish, as a real rename would move files:
+        # in-memory index factories register their ``relocate`` here.
+        self.on_publish: list[Callable[[Path, Path], None]] = []
 
     def generations_dir(self, project_id: str) -> Path:
         return self.root / validate_project_id(project_id) / "generations"
@@ -198,6 +201,8 @@ class InMemoryGenerationStore:
         if target not in self._published or target in self._corrupted:
             self._published[target] = units
             self._corrupted.discard(target)
+            for listener in self.on_publish:
+                listener(staging, target)
         return target
 
     def load_units(self, directory: Path) -> list[Unit]:
