@@ -1,0 +1,51 @@
+"""Shared, expensive fixtures: one Cranfield project indexed with the real adapters per session."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CRANFIELD = ROOT.parent / "shared" / "data" / "cranfield"
+
+os.umask(0o077)
+
+
+def write_cranfield_markdown(target: Path) -> Path:
+    """One markdown resource per Cranfield document: ``<id>.md`` with the title as H1."""
+    target.mkdir(parents=True, exist_ok=True)
+    with (CRANFIELD / "corpus.jsonl").open(encoding="utf-8") as lines:
+        for line in lines:
+            doc = json.loads(line)
+            title = " ".join(doc["title"].split()) or f"Document {doc['_id']}"
+            (target / f"{doc['_id']}.md").write_text(f"# {title}\n\n{doc['text'].strip()}\n", encoding="utf-8")
+    return target
+
+
+@pytest.fixture(scope="session")
+def cranfield_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """(home, source folder) with project ``cran`` indexed by the real adapters."""
+    from memory_core.entrypoints.bootstrap import bootstrap
+    from memory_core.model import Source
+
+    base = tmp_path_factory.mktemp("cranfield")
+    source = write_cranfield_markdown(base / "memory")
+    home = base / "home"
+    engine = bootstrap(home)
+    engine.add_project("cran", [Source(str(source))])
+    engine.index("cran")
+    engine.close()
+    yield home, source
+
+
+@pytest.fixture(scope="session")
+def cranfield_engine(cranfield_home: tuple[Path, Path]):  # type: ignore[no-untyped-def]
+    from memory_core.entrypoints.bootstrap import bootstrap
+
+    engine = bootstrap(cranfield_home[0])
+    yield engine
+    engine.close()
