@@ -182,13 +182,29 @@ def bootstrap_in_memory(**overrides: Any) -> Engine:
     profile = parts.pop("profile")
     reranker = parts.pop("reranker")
     indexer = Indexer(
-        catalog=parts["catalog"], manifests=parts["manifests"], scanner=parts["scanner"], blobs=parts["blobs"],
-        generations=parts["generations"], chunker=parts["chunker"], embedder=parts["embedder"],
-        embedding_cache=parts["embedding_cache"], lexical=parts["lexical"], vectors=parts["vectors"], now=utc_now,
+        catalog=parts["catalog"],
+        manifests=parts["manifests"],
+        scanner=parts["scanner"],
+        blobs=parts["blobs"],
+        generations=parts["generations"],
+        chunker=parts["chunker"],
+        embedder=parts["embedder"],
+        embedding_cache=parts["embedding_cache"],
+        lexical=parts["lexical"],
+        vectors=parts["vectors"],
+        now=utc_now,
     )
     extra: dict[str, Any] = {"recorder": recorder} if recorder is not None else {}
     return Engine(
-        catalog=parts["catalog"], manifests=parts["manifests"], generations=parts["generations"], indexer=indexer,
-        embedder=parts["embedder"], lexical=parts["lexical"], vectors=parts["vectors"], reranker=reranker,
-        now=utc_now, profile=profile, **extra,
+        catalog=parts["catalog"],
+        manifests=parts["manifests"],
+        generations=parts["generations"],
+        indexer=indexer,
+        embedder=parts["embedder"],
+        lexical=parts["lexical"],
+        vectors=parts["vectors"],
+        reranker=reranker,
+        now=utc_now,
+        profile=profile,
+        **extra,
     )

@@ -32,11 +32,18 @@ def build_parser() -> argparse.ArgumentParser:
     add = project.add_parser("add", help="add a project with ordered sources")
     add.add_argument("name")
     add.add_argument(
-        "--source", action="append", required=True, metavar="[LAYER=]PATH",
+        "--source",
+        action="append",
+        required=True,
+        metavar="[LAYER=]PATH",
         help="a memory folder (repeatable, in order); LAYER is organization, project or local",
     )
-    add.add_argument("--layer", choices=[layer.value for layer in Layer], default="project",
-                     help="default layer for sources without LAYER=")
+    add.add_argument(
+        "--layer",
+        choices=[layer.value for layer in Layer],
+        default="project",
+        help="default layer for sources without LAYER=",
+    )
     add.add_argument("--json", action="store_true")
     for name, text in (("list", "list projects"), ("show", "show a project"), ("remove", "remove a project")):
         p = project.add_parser(name, help=text)

@@ -33,8 +33,7 @@ def progress_bar(enabled: bool) -> tuple[AbstractContextManager[Any], Progress |
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
     from rich.progress import Progress as Bar
 
-    bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-              transient=True)
+    bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
     tasks: dict[str, Any] = {}
 
     def update(stage: str, done: int, total: int) -> None:

@@ -29,7 +29,9 @@ QUERIES = (
 )
 # Overlaps the first question: the agent already holds some of the answer.
 FOLLOW_UP = "Why did idempotency fail in the duplicate postings incident, and how were the duplicates corrected?"
-EDIT_NOTE = "\n\nReviewed on 2026-03-24 after the duplicate-postings incident: derive lock keys from the full idempotency key."
+EDIT_NOTE = (
+    "\n\nReviewed on 2026-03-24 after the duplicate-postings incident: derive lock keys from the full idempotency key."
+)
 
 
 def demo_source_root() -> Path:
@@ -91,8 +93,11 @@ def run_demo(engine: Engine, home: Path, *, as_json: bool = False) -> int:
 
     def show(activation: Activation, title: str) -> None:
         log["activations"].append(
-            {"title": title, "response": wire.response_to_json(activation.response),
-             "candidates": wire.candidates_to_json(activation.candidates)}
+            {
+                "title": title,
+                "response": wire.response_to_json(activation.response),
+                "candidates": wire.candidates_to_json(activation.candidates),
+            }
         )
         if not as_json:
             out.rule(title)
@@ -124,5 +129,5 @@ def run_demo(engine: Engine, home: Path, *, as_json: bool = False) -> int:
         out.print_json(json.dumps(log))
     else:
         out.print(f"delta actions in the follow-up: {', '.join(actions)}")
-        out.print("Next: memcore activate demo \"your question\"  (add --json for the full trace)")
+        out.print('Next: memcore activate demo "your question"  (add --json for the full trace)')
     return 0

@@ -29,10 +29,23 @@ def make_converter() -> cattrs.Converter:
             **{
                 f: getattr(c, f)
                 for f in (
-                    "exact_rank", "exact_score", "bm25_rank", "bm25_score", "lexical_rank",
-                    "dense_rank", "dense_score", "dense_similarity", "rrf_rank", "rrf_score",
-                    "rerank_rank", "rerank_score", "final_rank", "final_score",
-                    "disposition", "exclusion_code", "delta_action",
+                    "exact_rank",
+                    "exact_score",
+                    "bm25_rank",
+                    "bm25_score",
+                    "lexical_rank",
+                    "dense_rank",
+                    "dense_score",
+                    "dense_similarity",
+                    "rrf_rank",
+                    "rrf_score",
+                    "rerank_rank",
+                    "rerank_score",
+                    "final_rank",
+                    "final_score",
+                    "disposition",
+                    "exclusion_code",
+                    "delta_action",
                 )
             },
         },

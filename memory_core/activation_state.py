@@ -46,9 +46,7 @@ class ActivationState:
         held: dict[str, HeldUnit] = {}
         for index, item in enumerate(units):
             if not isinstance(item, Mapping) or set(item) != {"unit_id", "unit_hash"}:
-                raise InvalidActivationState(
-                    f"units[{index}] must have exactly 'unit_id' and 'unit_hash'", index=index
-                )
+                raise InvalidActivationState(f"units[{index}] must have exactly 'unit_id' and 'unit_hash'", index=index)
             unit_id, unit_hash = item["unit_id"], item["unit_hash"]
             if not isinstance(unit_id, str) or not unit_id or len(unit_id) > MAX_UNIT_ID_CHARS:
                 raise InvalidActivationState(f"units[{index}].unit_id is not a valid unit id", index=index)

@@ -12,9 +12,7 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 def canonical_json(value: Any) -> bytes:
     """UTF-8, keys sorted, separators ``,`` and ``:``, NaN rejected."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 def sha256_hex(data: bytes) -> str:

@@ -17,6 +17,7 @@ import attrs
 
 from memory_core.activation_state import ActivationState
 from memory_core.errors import (
+    GenerationCorrupted,
     InvalidBudget,
     InvalidQuery,
     MemoryCoreError,
@@ -237,6 +238,13 @@ class Engine:
             if opened is not None and opened.generation.index_revision == current.index_revision:
                 return opened, True
             directory = Path(current.directory)
+            # Verified once when opened (then kept warm): a damaged generation is never served.
+            try:
+                self.generations.verify(directory)
+            except GenerationCorrupted as exc:
+                raise GenerationCorrupted(
+                    f"{exc.message}; run `memcore index {project_id}` to rebuild it", project=project_id
+                ) from exc
             units = self.generations.load_units(directory)
             uris = {e.resource_id: e.uri for e in self.manifests.get_manifest(current.effective_memory_hash)}
             fresh = OpenGeneration(

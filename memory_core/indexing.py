@@ -13,7 +13,7 @@ from pathlib import Path
 import attrs
 
 from memory_core.effective_memory import read_effective_memory
-from memory_core.errors import EmptyProject
+from memory_core.errors import EmptyProject, GenerationCorrupted
 from memory_core.model import (
     EffectiveMemory,
     Generation,
@@ -88,21 +88,27 @@ class Indexer:
         project = self.catalog.get_project(project_id)
         memory = read_effective_memory(project, self.scanner)
         if not memory.entries:
-            raise EmptyProject(
-                f"project {project_id!r} has no markdown or text resource to index", project=project_id
-            )
+            raise EmptyProject(f"project {project_id!r} has no markdown or text resource to index", project=project_id)
         revisions = self.revisions()
         revision = index_revision_of(memory.hash, revisions)
         current = self.catalog.current_generation(project_id)
         if current is not None and current.index_revision == revision and not force:
             try:
-                units = self.generations.load_units(Path(current.directory))
-            except Exception:  # a damaged current generation is rebuilt below
-                pass
+                self.generations.verify(Path(current.directory))
+            except GenerationCorrupted:
+                force = True  # a damaged current generation is rebuilt below
             else:
                 return IndexReport(
-                    project_id, revision, "unchanged", memory.hash, len(memory.entries), len(units),
-                    0, 0, time.perf_counter() - started, memory.warnings,
+                    project_id,
+                    revision,
+                    "unchanged",
+                    memory.hash,
+                    len(memory.entries),
+                    current.unit_count,
+                    0,
+                    0,
+                    time.perf_counter() - started,
+                    memory.warnings,
                 )
         staging = self.generations.stage(project_id)
         try:
@@ -133,8 +139,16 @@ class Indexer:
         )
         self.generations.prune(project_id, keep={revision} | ({previous} if previous else set()))
         return IndexReport(
-            project_id, revision, "built", memory.hash, len(memory.entries), len(units),
-            embedded, reused, time.perf_counter() - started, memory.warnings,
+            project_id,
+            revision,
+            "built",
+            memory.hash,
+            len(memory.entries),
+            len(units),
+            embedded,
+            reused,
+            time.perf_counter() - started,
+            memory.warnings,
         )
 
     def _chunk(self, memory: EffectiveMemory, progress: Progress) -> list[Unit]:

@@ -12,7 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_ruff_is_clean() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "memory_core", "adapters", "entrypoints", "tests"],
-        cwd=ROOT, capture_output=True, text=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import pytest
 
@@ -102,7 +103,7 @@ def test_activation_returns_selected_candidates_with_delta_actions() -> None:
         assert (c.disposition == SELECTED) != (c.exclusion_code in EXCLUSION_CODES)
     assert response.totals["tokens"] <= response.totals["budget"]
     # The trace handed to the recorder is made of the same candidate objects.
-    (_, trace), = recorder.completed
+    ((_, trace),) = recorder.completed
     assert list(trace.candidates) == list(first.candidates)
 
     again = engine.activate("demo", "how do I roll back a deploy?", state=response.activation_state)
@@ -158,7 +159,7 @@ def test_unindexed_project_is_a_failed_run() -> None:
     with pytest.raises(ProjectNotIndexed) as info:
         engine.activate("demo", "rollback")
     assert info.value.details["run_id"] == "run-1"
-    (run_id, failure), = recorder.failed
+    ((run_id, failure),) = recorder.failed
     assert failure.error_code == "project_not_indexed" and failure.error_stage == "load"
 
 
@@ -175,7 +176,7 @@ def test_a_stage_failure_is_a_failed_run_with_a_bounded_summary() -> None:
     with pytest.raises(RetrievalFailed) as info:
         engine.activate("demo", "rollback")
     assert info.value.stage == "rerank" and info.value.run_id == "run-1"
-    (_, failure), = recorder.failed
+    ((_, failure),) = recorder.failed
     assert failure.error_stage == "rerank" and len(failure.error_summary) <= 500
 
 
@@ -215,3 +216,18 @@ def test_state_fingerprint_is_order_independent() -> None:
     a = ActivationState.from_json({"units": [{"unit_id": "a#0", "unit_hash": h1}, {"unit_id": "b#0", "unit_hash": h2}]})
     b = ActivationState.from_json({"units": [{"unit_id": "b#0", "unit_hash": h2}, {"unit_id": "a#0", "unit_hash": h1}]})
     assert a.fingerprint == b.fingerprint
+
+
+def test_corrupted_generation_is_never_served_and_index_rebuilds_it() -> None:
+    recorder = SpyRecorder()
+    engine = make_engine(recorder)
+    report = engine.index("demo")
+    directory = engine.catalog.current_generation("demo").directory
+    engine.generations.corrupt(Path(directory))
+    with pytest.raises(RetrievalFailed) as info:
+        engine.activate("demo", "rollback")
+    assert info.value.error_code == "generation_corrupted"
+    assert recorder.failed[-1][1].error_code == "generation_corrupted"
+    rebuilt = engine.index("demo")
+    assert rebuilt.status == "built" and rebuilt.index_revision == report.index_revision
+    assert engine.activate("demo", "rollback").response.fragments

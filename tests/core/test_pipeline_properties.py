@@ -63,8 +63,15 @@ def states(draw, units):  # type: ignore[no-untyped-def]
 
 
 @settings(max_examples=300, deadline=None)
-@given(data=st.data(), inputs=ranked_inputs(), k=st.integers(1, 100), window=st.integers(0, 50),
-       budget=st.integers(1, 200), max_frag=st.integers(0, 10), per_res=st.integers(0, 4))
+@given(
+    data=st.data(),
+    inputs=ranked_inputs(),
+    k=st.integers(1, 100),
+    window=st.integers(0, 50),
+    budget=st.integers(1, 200),
+    max_frag=st.integers(0, 10),
+    per_res=st.integers(0, 4),
+)
 def test_pipeline_properties(data, inputs, k, window, budget, max_frag, per_res):  # type: ignore[no-untyped-def]
     units, exact, bm25, dense = inputs
     fused = fuse(units, exact, bm25, dense, k)
@@ -93,8 +100,9 @@ def test_pipeline_properties(data, inputs, k, window, budget, max_frag, per_res)
         assert c.disposition in (SELECTED, EXCLUDED)
         if c.disposition == SELECTED:
             assert c.exclusion_code is None and c.delta_action in DELTA_ACTIONS
-            want = ADD if c.unit.unit_id not in held else (
-                REUSE if held[c.unit.unit_id] == c.unit.unit_hash else REPLACE)
+            want = (
+                ADD if c.unit.unit_id not in held else (REUSE if held[c.unit.unit_id] == c.unit.unit_hash else REPLACE)
+            )
             assert c.delta_action == want
             assert c.rerank_rank is not None
             spent += 0 if c.delta_action == REUSE else c.unit.token_count

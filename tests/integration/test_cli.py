@@ -18,7 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def memcore(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
         [sys.executable, "-m", "memory_core", "--home", str(home), *args],
-        capture_output=True, text=True, cwd=ROOT, timeout=600,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
     )
     if check:
         assert result.returncode == 0, result.stderr
@@ -79,7 +82,9 @@ def test_cranfield_index_no_op_incremental_and_activate(cranfield_home, tmp_path
         # Only the changed file's units were embedded again.
         assert 1 <= changed["embedded"] <= 3 and changed["reused_embeddings"] >= changed["units"] - 3
 
-        out = json.loads(memcore(home, "activate", "cran", "boundary layer transition on a flat plate", "--json").stdout)
+        out = json.loads(
+            memcore(home, "activate", "cran", "boundary layer transition on a flat plate", "--json").stdout
+        )
         response, candidates = out["response"], out["candidates"]
         assert response["fragments"] and response["totals"]["tokens"] <= response["totals"]["budget"]
         selected = [c["unit_id"] for c in candidates if c["disposition"] == "selected"]
