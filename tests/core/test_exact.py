@@ -1,0 +1,58 @@
+"""Exact identity stage: specific keys fire, ordinary words and bare numbers never do."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memory_core.exact import ExactIndex
+from memory_core.model import Unit
+
+
+def unit(resource_id: str, ordinal: int, *heading_path: str) -> Unit:
+    return Unit(f"{resource_id}#{ordinal}", resource_id, ordinal, 0, 1, heading_path, "body", 1, "h")
+
+
+ADR = "decisions/ADR-0042-use-postgres.md"
+UNITS = [
+    unit(ADR, 0, "ADR-0042: Use Postgres"),
+    unit(ADR, 1, "ADR-0042: Use Postgres", "Consequences"),
+    unit("runbooks/rollback.md", 0, "Rollback runbook"),
+    unit("runbooks/rollback.md", 1, "Rollback runbook", "Reversing a bad migration"),
+    unit("conventions/naming.md", 0, "Naming", "The posting_engine package"),
+    unit("conventions/naming.md", 1, "Naming", "PostingBatcher class"),
+    unit("5.md", 0, "experimental investigation of the aerodynamics of a wing"),
+]
+INDEX = ExactIndex(UNITS)
+
+
+def ids(query: str) -> list[str]:
+    return [m.unit_id for m in INDEX.search(query)]
+
+
+def test_identifier_path_file_name_and_slug_keys() -> None:
+    assert ids("why ADR-0042?") == [f"{ADR}#0", f"{ADR}#1"]
+    assert ids("adr-0042") == [f"{ADR}#0", f"{ADR}#1"]  # the query side is case-insensitive
+    assert ids("see runbooks/rollback.md please")[:2] == ["runbooks/rollback.md#0", "runbooks/rollback.md#1"]
+    assert ids("open rollback.md") == ["runbooks/rollback.md#0", "runbooks/rollback.md#1"]
+    assert ids("steps for reversing a bad migration") == ["runbooks/rollback.md#1"]
+    assert ids("where is `posting_engine`?") == ["conventions/naming.md#0"]
+    assert ids("PostingBatcher flush") == ["conventions/naming.md#1"]
+
+
+def test_most_specific_key_ranks_first() -> None:
+    matches = INDEX.search("runbooks/rollback.md and ADR-0042")
+    assert [m.unit_id for m in matches][:2] == ["runbooks/rollback.md#0", "runbooks/rollback.md#1"]
+    assert matches[0].score > matches[-1].score
+
+
+def test_ordinary_words_and_bare_numbers_never_match() -> None:
+    assert ids("mach 5 flow over a wing") == []
+    assert ids("rollback naming postgres") == []
+    assert ids("0042") == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["the", "flow", "mach", "5", "wing", "rollback", "naming", "of", "a", "2", "postgres"])))
+def test_plain_lowercase_prose_never_matches(words: list[str]) -> None:
+    assert INDEX.search(" ".join(words)) == []
