@@ -35,6 +35,7 @@ from memory_core.ports import (
     Vector,
     VectorIndexFactory,
 )
+from memory_core.recording import CorpusRegistry
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 EMBED_BATCH = 64
@@ -73,6 +74,7 @@ class Indexer:
     lexical: LexicalIndexFactory
     vectors: VectorIndexFactory
     now: Callable[[], str]
+    corpus: CorpusRegistry | None = None
 
     def revisions(self) -> IndexRevisions:
         return IndexRevisions(
@@ -124,6 +126,10 @@ class Indexer:
             self.generations.discard(staging)
             raise
         self.manifests.put_manifest(memory)
+        if self.corpus is not None:
+            self.corpus.record_manifest(memory)
+            for entry in memory.entries:
+                self.corpus.record_blob(entry.resource_hash, entry.byte_size, entry.media_type)
         previous = current.index_revision if current is not None else None
         self.catalog.set_current_generation(
             Generation(

@@ -7,6 +7,7 @@ from typing import Protocol
 
 import attrs
 
+from memory_core.model import EffectiveMemory
 from memory_core.pipeline import Candidate
 
 RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
@@ -192,8 +193,21 @@ MAX_RUNS_PER_PROJECT = 500  # unpinned Runs kept per project; the oldest are pru
 MAX_PAGE = 500
 
 
-class RunStore(RunRecorder, Protocol):
+class CorpusRegistry(Protocol):
+    """Manifests and blob metadata a Run refers to, recorded once at index time so that
+    recording a Run costs the same whatever the corpus size."""
+
+    def record_manifest(self, effective_memory: EffectiveMemory) -> str: ...
+
+    def record_blob(self, sha256: str, byte_size: int, media_type: str) -> None: ...
+
+
+class RunStore(RunRecorder, CorpusRegistry, Protocol):
     """Recorded Runs: read, recover and clear (seed "Status and recovery", brief §5-§6)."""
+
+    def pin(self, run_id: str) -> None: ...
+
+    def unpin(self, run_id: str) -> None: ...
 
     def list_runs(self, run_filter: RunFilter, *, limit: int = 50, cursor: str | None = None) -> RunPage: ...
 

@@ -89,3 +89,97 @@ def m002_manifests(conn: apsw.Connection) -> None:
         CREATE INDEX generations_manifest_hash ON generations(manifest_hash);
         """
     )
+
+
+@migration
+def m003_retrieval_runs(conn: apsw.Connection) -> None:
+    # No foreign key to projects: Runs are history, not catalog state. `project remove` deletes
+    # a project's unpinned Runs explicitly and keeps its Cases' pinned Runs (brief §6).
+    conn.execute(
+        """
+        CREATE TABLE retrieval_runs (
+            run_id TEXT PRIMARY KEY,
+            project_id TEXT NOT NULL,
+            query TEXT NOT NULL,
+            state_fingerprint TEXT NOT NULL,
+            token_budget INTEGER NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('running', 'succeeded', 'failed')),
+            started_at TEXT NOT NULL,
+            finished_at TEXT,
+            effective_memory_hash TEXT,
+            index_revision TEXT,
+            revisions_json TEXT NOT NULL DEFAULT '{}',
+            latency_json TEXT NOT NULL DEFAULT '{}',
+            warm INTEGER CHECK (warm IN (0, 1)),
+            candidate_count INTEGER NOT NULL DEFAULT 0,
+            fragment_count INTEGER NOT NULL DEFAULT 0,
+            token_count INTEGER NOT NULL DEFAULT 0,
+            total_ms REAL,
+            error_stage TEXT,
+            error_code TEXT,
+            error_summary TEXT CHECK (error_summary IS NULL OR length(error_summary) <= 500),
+            owner_pid INTEGER,
+            owner_started_at TEXT,
+            owner_boot_id TEXT,
+            pinned INTEGER NOT NULL DEFAULT 0 CHECK (pinned IN (0, 1)),
+            CHECK ((status = 'failed') = (error_code IS NOT NULL))
+        );
+        CREATE INDEX retrieval_runs_project_started
+            ON retrieval_runs(project_id, started_at DESC, run_id DESC);
+        CREATE INDEX retrieval_runs_started ON retrieval_runs(started_at DESC, run_id DESC);
+        CREATE INDEX retrieval_runs_status ON retrieval_runs(status);
+        CREATE INDEX retrieval_runs_manifest ON retrieval_runs(effective_memory_hash);
+
+        CREATE TABLE retrieval_run_candidates (
+            run_id TEXT NOT NULL REFERENCES retrieval_runs(run_id) ON DELETE CASCADE,
+            final_rank INTEGER NOT NULL CHECK (final_rank >= 1),
+            unit_id TEXT NOT NULL,
+            resource_id TEXT NOT NULL,
+            unit_hash TEXT NOT NULL,
+            resource_hash TEXT NOT NULL,
+            heading_path_json TEXT NOT NULL,
+            token_count INTEGER NOT NULL,
+            exact_rank INTEGER,
+            exact_score REAL,
+            bm25_rank INTEGER,
+            bm25_score REAL,
+            lexical_rank INTEGER,
+            dense_rank INTEGER,
+            dense_score REAL,
+            dense_similarity REAL,
+            rrf_rank INTEGER NOT NULL,
+            rrf_score REAL NOT NULL,
+            rerank_rank INTEGER,
+            rerank_score REAL,
+            final_score REAL,
+            disposition TEXT NOT NULL CHECK (disposition IN ('selected', 'excluded')),
+            exclusion_code TEXT,
+            delta_action TEXT CHECK (delta_action IS NULL OR delta_action IN ('add', 'replace', 'reuse')),
+            -- Exactly one of them: a selected unit has a delta action, an excluded one a code.
+            CHECK ((disposition = 'selected') = (delta_action IS NOT NULL AND exclusion_code IS NULL)),
+            CHECK ((disposition = 'excluded') = (exclusion_code IS NOT NULL AND delta_action IS NULL)),
+            PRIMARY KEY (run_id, final_rank)
+        ) WITHOUT ROWID;
+
+        -- Each ordered Effective Memory manifest once, keyed by its hash, shared by every Run
+        -- that saw it: recording a Run costs its candidates, not its corpus.
+        CREATE TABLE retrieval_run_resources (
+            manifest_hash TEXT NOT NULL,
+            ordinal INTEGER NOT NULL,
+            resource_id TEXT NOT NULL,
+            layer TEXT NOT NULL,
+            uri TEXT NOT NULL,
+            resource_hash TEXT NOT NULL,
+            byte_size INTEGER NOT NULL,
+            media_type TEXT NOT NULL,
+            PRIMARY KEY (manifest_hash, ordinal)
+        ) WITHOUT ROWID;
+
+        CREATE TABLE retrieval_corpus_blobs (
+            sha256 TEXT PRIMARY KEY,
+            byte_size INTEGER NOT NULL,
+            media_type TEXT NOT NULL,
+            first_seen_at TEXT NOT NULL
+        ) WITHOUT ROWID;
+        """
+    )

@@ -1,0 +1,691 @@
+"""The Retrieval Run store over ``local.db`` (seed "Storage", "Status and recovery"; brief §5-§6).
+
+A Run is inserted ``running`` with its owner (pid, process start time, boot id); ``complete``
+writes the candidates, makes sure the Run's manifest is stored and marks it ``succeeded`` in one
+transaction. Manifests are stored once per hash (``record_manifest`` at index time), so recording
+costs the number of candidates, never the corpus size.
+
+Retention: at most ``MAX_RUNS_PER_PROJECT`` unpinned Runs per project; pinned Runs neither
+count nor get pruned, and a ``running`` Run is never pruned (its owner is about to write it).
+``clear`` deletes unpinned Runs (database first), then blob files no longer live (files after);
+a crash between the two leaves orphans that the next ``clear`` sweeps.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+import apsw
+import attrs
+
+from memory_core.canonical import canonical_json, sha256_hex
+from memory_core.errors import InvalidRequest, RunNotFound
+from memory_core.model import EffectiveMemory, Layer, ManifestEntry
+from memory_core.ports import BlobStore
+from memory_core.recording import (
+    FAILED,
+    MAX_ERROR_SUMMARY,
+    MAX_PAGE,
+    MAX_RUNS_PER_PROJECT,
+    RUNNING,
+    SUCCEEDED,
+    CandidateRecord,
+    ClearReport,
+    RunDetail,
+    RunFailure,
+    RunFilter,
+    RunPage,
+    RunStart,
+    RunSummary,
+    RunTrace,
+)
+
+from .database import storage_errors, utc_now_iso, write_transaction
+
+log = logging.getLogger(__name__)
+
+STATUSES = (RUNNING, SUCCEEDED, FAILED)
+INTERRUPTED = "retrieval_interrupted"
+INTERRUPTED_STAGE = "unknown"
+MAX_ERROR_FIELD = 100  # error stage and code are short stable words; bound them anyway
+BLOB_GRACE_S = 3600.0  # a younger unreferenced blob may belong to an index build in progress
+CRASH_POINT_ENV = "MEMORY_CORE_CRASH_POINT"
+CRASH_EXIT = 70
+# Named points where a test may crash the process (or a ``fault`` hook may raise).
+AFTER_CANDIDATES = "runs.complete.after_candidates"
+AFTER_CLEAR_COMMIT = "runs.clear.after_commit"
+
+
+class _Clock(Protocol):
+    def now_iso(self) -> str: ...
+
+
+class _UtcClock:
+    def now_iso(self) -> str:
+        return utc_now_iso()
+
+
+def crash_point(name: str) -> None:
+    """Exit hard at ``name`` when ``$MEMORY_CORE_CRASH_POINT`` says so (crash tests, brief §12)."""
+    if os.environ.get(CRASH_POINT_ENV) == name:
+        os._exit(CRASH_EXIT)
+
+
+# -- owners -------------------------------------------------------------------------------------
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def current_boot_id() -> str | None:
+    raw = _read("/proc/sys/kernel/random/boot_id")
+    return raw.strip() if raw else None
+
+
+def _proc_stat(pid: int) -> tuple[str, str] | None:
+    """(state, start time in clock ticks since boot) from ``/proc/<pid>/stat``."""
+    raw = _read(f"/proc/{pid}/stat")
+    if not raw or ")" not in raw:
+        return None
+    # The command name may hold spaces and parentheses: split after the last ')'.
+    fields = raw.rsplit(")", 1)[1].split()
+    return (fields[0], fields[19]) if len(fields) > 19 else None
+
+
+@attrs.frozen
+class Owner:
+    """The process that runs an activation; recovery fails a ``running`` Run only once it is gone."""
+
+    pid: int
+    started_at: str | None
+    boot_id: str | None
+
+    @classmethod
+    def current(cls) -> Owner:
+        pid = os.getpid()
+        stat = _proc_stat(pid)
+        return cls(pid, stat[1] if stat else None, current_boot_id())
+
+    def is_alive(self, boot_id: str | None = None) -> bool:
+        """Alive: same boot, the pid exists and is no zombie, and it started when this owner did
+        (otherwise the pid was reused). Without ``/proc`` only the pid is checked."""
+        boot = boot_id if boot_id is not None else current_boot_id()
+        if self.boot_id and boot and self.boot_id != boot:
+            return False
+        if self.pid <= 0:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # exists, owned by someone else
+        except (OverflowError, ValueError):
+            return False
+        stat = _proc_stat(self.pid)
+        if stat is None:
+            return True
+        state, started = stat
+        if state in ("Z", "X"):
+            return False
+        return self.started_at is None or started == self.started_at
+
+
+class _OwnerOfThisProcess:
+    """``Owner.current()``, recomputed after a fork."""
+
+    def __init__(self) -> None:
+        self._owner: Owner | None = None
+
+    def __call__(self) -> Owner:
+        if self._owner is None or self._owner.pid != os.getpid():
+            self._owner = Owner.current()
+        return self._owner
+
+
+def owner_gone(pid: int | None, started_at: str | None, boot_id: str | None, boot: str | None) -> bool:
+    if pid is None:
+        return True
+    return not Owner(int(pid), started_at, boot_id).is_alive(boot)
+
+
+# -- run ids and cursors ------------------------------------------------------------------------
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+class RunIds:
+    """ULID-like ids: 48-bit milliseconds then 80 random bits, Crockford base32, 26 chars.
+    Sortable by creation time; monotonic within a process; unique across processes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last_ms = -1
+        self._last_rand = 0
+
+    def new(self) -> str:
+        with self._lock:
+            ms = time.time_ns() // 1_000_000
+            if ms <= self._last_ms:
+                ms, rand = self._last_ms, (self._last_rand + 1) % (1 << 80)
+            else:
+                rand = secrets.randbits(80)
+            self._last_ms, self._last_rand = ms, rand
+        value = (ms % (1 << 48)) << 80 | rand
+        return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
+
+
+new_run_id = RunIds().new
+
+
+def encode_cursor(started_at: str, run_id: str) -> str:
+    return base64.urlsafe_b64encode(canonical_json([started_at, run_id])).decode("ascii").rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[str, str]:
+    try:
+        raw = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if isinstance(raw, list) and len(raw) == 2 and all(isinstance(v, str) for v in raw):
+            return raw[0], raw[1]
+    except (ValueError, binascii.Error, TypeError):
+        pass
+    raise InvalidRequest("invalid cursor: pass the next_cursor of a previous page", cursor=cursor)
+
+
+def check_listing(run_filter: RunFilter, limit: int) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidRequest(f"limit must be an integer from 1 to {MAX_PAGE}", limit=limit)
+    if run_filter.status is not None and run_filter.status not in STATUSES:
+        raise InvalidRequest(f"status must be one of {', '.join(STATUSES)}", status=run_filter.status)
+
+
+def like_escape(text: str) -> str:
+    """A LIKE pattern matching ``text`` literally anywhere (escape character ``\\``)."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def contains_ascii_nocase(haystack: str, needle: str) -> bool:
+    """SQLite's LIKE semantics: case-insensitive for ASCII letters only."""
+    return needle.translate(_ASCII_LOWER) in haystack.translate(_ASCII_LOWER)
+
+
+def bounded(text: str | None, limit: int) -> str | None:
+    return None if text is None else text[:limit]
+
+
+def total_ms(latency: Mapping[str, float]) -> float | None:
+    value = latency.get("total")
+    return float(value) if value is not None else None
+
+
+def check_manifest(effective_memory: EffectiveMemory) -> str:
+    digest = sha256_hex(canonical_json([e.to_dict() for e in effective_memory.entries]))
+    if digest != effective_memory.hash:
+        raise InvalidRequest(
+            "Effective Memory hash does not match its manifest", expected=effective_memory.hash, actual=digest
+        )
+    return digest
+
+
+def collect_blobs(blobs: BlobStore, live: Callable[[], set[str]], grace_s: float) -> int:
+    """Delete blob files not in ``live()`` and older than ``grace_s``; returns how many.
+
+    ``live`` is read after the database commit that made blobs unreferenced, so a blob a new
+    generation took up meanwhile is kept. Files only: a crash here leaves orphans, swept next time.
+    """
+    keep = live()
+    cutoff = time.time() - grace_s
+    deleted = 0
+    for digest in list(blobs.digests()):
+        if digest in keep or not _older_than(blobs, digest, cutoff):
+            continue
+        blobs.delete(digest)
+        deleted += 1
+    sweep = getattr(blobs, "sweep_temp", None)
+    if sweep is not None:
+        sweep()
+    return deleted
+
+
+def _older_than(blobs: BlobStore, digest: str, cutoff: float) -> bool:
+    path_of = getattr(blobs, "path_of", None)
+    if path_of is None:  # a store without files (in memory) has no age
+        return True
+    try:
+        return bool(os.stat(path_of(digest)).st_mtime <= cutoff)
+    except FileNotFoundError:
+        return False
+
+
+# -- rows ---------------------------------------------------------------------------------------
+
+_CANDIDATE_FIELDS = [f.name for f in attrs.fields(CandidateRecord)]
+_CANDIDATE_COLUMNS = [("heading_path_json" if f == "heading_path" else f) for f in _CANDIDATE_FIELDS]
+_INSERT_CANDIDATE = (
+    f"INSERT INTO retrieval_run_candidates(run_id, {', '.join(_CANDIDATE_COLUMNS)}) "
+    f"VALUES (?{', ?' * len(_CANDIDATE_COLUMNS)})"
+)
+_SELECT_CANDIDATES = (
+    f"SELECT {', '.join(_CANDIDATE_COLUMNS)} FROM retrieval_run_candidates WHERE run_id = ? ORDER BY final_rank"
+)
+_SUMMARY_COLUMNS = (
+    "run_id, project_id, query, status, started_at, finished_at, state_fingerprint, token_budget, "
+    "effective_memory_hash, index_revision, warm, candidate_count, fragment_count, token_count, total_ms, "
+    "error_stage, error_code, error_summary, pinned"
+)
+_RESOURCE_COLUMNS = "manifest_hash, ordinal, resource_id, layer, uri, resource_hash, byte_size, media_type"
+
+
+def _candidate_row(run_id: str, record: CandidateRecord) -> tuple[Any, ...]:
+    values = attrs.astuple(record, recurse=False)
+    fields = zip(_CANDIDATE_FIELDS, values, strict=True)
+    return (run_id, *[_json_list(v) if name == "heading_path" else v for name, v in fields])
+
+
+def _json_list(value: Sequence[str]) -> str:
+    return json.dumps(list(value), ensure_ascii=False)
+
+
+def _candidate_from_row(row: Sequence[Any]) -> CandidateRecord:
+    values = dict(zip(_CANDIDATE_FIELDS, row, strict=True))
+    values["heading_path"] = tuple(json.loads(values["heading_path"]))
+    return CandidateRecord(**values)
+
+
+def _summary_from_row(row: Sequence[Any]) -> RunSummary:
+    (run_id, project_id, query, status, started_at, finished_at, fingerprint, budget, em_hash, revision, warm,
+     candidates, fragments, tokens, total, stage, code, summary, pinned) = row  # fmt: skip
+    return RunSummary(
+        run_id=run_id,
+        project_id=project_id,
+        query=query,
+        status=status,
+        started_at=started_at,
+        finished_at=finished_at,
+        state_fingerprint=fingerprint,
+        token_budget=int(budget),
+        effective_memory_hash=em_hash,
+        index_revision=revision,
+        warm=None if warm is None else bool(warm),
+        candidate_count=int(candidates),
+        fragment_count=int(fragments),
+        token_count=int(tokens),
+        total_ms=None if total is None else float(total),
+        error_stage=stage,
+        error_code=code,
+        error_summary=summary,
+        pinned=bool(pinned),
+    )
+
+
+def _manifest_rows(manifest_hash: str, entries: Iterable[ManifestEntry]) -> list[tuple[Any, ...]]:
+    return [
+        (manifest_hash, e.ordinal, e.resource_id, e.layer.value, e.uri, e.resource_hash, e.byte_size, e.media_type)
+        for e in entries
+    ]
+
+
+# Where a blob is referenced. A blob is live while any of these names it (brief §6). Each entry is
+# (table that must exist, query yielding digests): evaluation corpora arrive with their own
+# migration, and adding a reference is one line here.
+LIVE_BLOB_QUERIES: tuple[tuple[str, str], ...] = (
+    (
+        "retrieval_run_resources",
+        "SELECT r.resource_hash FROM retrieval_run_resources r WHERE r.manifest_hash IN "
+        "(SELECT effective_memory_hash FROM retrieval_runs WHERE effective_memory_hash IS NOT NULL)",
+    ),
+    (
+        "project_generation_pointers",
+        "SELECT json_extract(j.value, '$.resource_hash') FROM project_generation_pointers p "
+        "JOIN generations g ON g.project_id = p.project_id "
+        " AND g.index_revision IN (p.current_revision, p.previous_revision) "
+        "JOIN manifests m ON m.manifest_hash = coalesce(g.manifest_hash, g.effective_memory_hash), "
+        "json_each(m.entries_json) j",
+    ),
+    ("evaluation_corpus_resources", "SELECT resource_hash FROM evaluation_corpus_resources"),
+)
+
+# Manifest rows stay while a Run or a current/previous generation refers to them (so the first
+# Run after an index never has to copy a manifest).
+_DELETE_UNUSED_MANIFESTS = (
+    "DELETE FROM retrieval_run_resources WHERE manifest_hash NOT IN ("
+    " SELECT effective_memory_hash FROM retrieval_runs WHERE effective_memory_hash IS NOT NULL"
+    " UNION SELECT coalesce(g.manifest_hash, g.effective_memory_hash) FROM project_generation_pointers p"
+    " JOIN generations g ON g.project_id = p.project_id"
+    "  AND g.index_revision IN (p.current_revision, p.previous_revision))"
+)
+
+
+class SqliteRunStore:
+    """Implements ``memory_core.recording.RunStore`` over a connection from ``open_database``.
+
+    ``blobs``: the CAS store whose unreferenced files ``clear`` collects (none: rows only).
+    ``owner``: the owner recorded on new Runs (default: this process). ``fault``: a test seam
+    called at the named points (``AFTER_CANDIDATES``, ``AFTER_CLEAR_COMMIT``).
+    """
+
+    def __init__(
+        self,
+        conn: apsw.Connection,
+        blobs: BlobStore | None = None,
+        owner: Owner | None = None,
+        clock: _Clock | None = None,
+        *,
+        blob_grace_s: float = BLOB_GRACE_S,
+        fault: Callable[[str], None] = crash_point,
+    ) -> None:
+        self._conn = conn
+        self._blobs = blobs
+        self._owner: Callable[[], Owner] = (lambda: owner) if owner is not None else _OwnerOfThisProcess()
+        self._clock = clock or _UtcClock()
+        self._grace = blob_grace_s
+        self._fault = fault
+        # One connection may serve several threads; keep each of our transactions whole.
+        self._lock = threading.RLock()
+
+    @property
+    def connection(self) -> apsw.Connection:
+        return self._conn
+
+    # -- recording ------------------------------------------------------------------------------
+
+    def start(self, run: RunStart) -> str:
+        run_id = new_run_id()
+        owner = self._owner()
+        with self._lock, storage_errors("cannot start Retrieval Run"), write_transaction(self._conn) as conn:
+            conn.execute(
+                "INSERT INTO retrieval_runs(run_id, project_id, query, state_fingerprint, token_budget, status, "
+                "started_at, owner_pid, owner_started_at, owner_boot_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id, run.project_id, run.query, run.state_fingerprint, run.token_budget, RUNNING,
+                    run.started_at, owner.pid, owner.started_at, owner.boot_id,
+                ),
+            )  # fmt: skip
+            self._prune(conn, run.project_id)
+        return run_id
+
+    def _prune(self, conn: apsw.Connection, project_id: str) -> None:
+        unpinned = conn.execute(
+            "SELECT count(*) FROM retrieval_runs WHERE project_id = ? AND pinned = 0", (project_id,)
+        ).fetchall()[0][0]
+        excess = int(unpinned) - MAX_RUNS_PER_PROJECT
+        if excess > 0:
+            conn.execute(
+                "DELETE FROM retrieval_runs WHERE run_id IN (SELECT run_id FROM retrieval_runs "
+                "WHERE project_id = ? AND pinned = 0 AND status != 'running' "
+                "ORDER BY started_at, run_id LIMIT ?)",
+                (project_id, excess),
+            )
+
+    def complete(self, run_id: str, trace: RunTrace) -> None:
+        rows = [_candidate_row(run_id, CandidateRecord.from_candidate(c)) for c in trace.candidates]
+        latency = dict(trace.latency_ms)
+        with self._lock, storage_errors("cannot record Retrieval Run"), write_transaction(self._conn) as conn:
+            conn.execute(
+                "UPDATE retrieval_runs SET status = ?, finished_at = ?, effective_memory_hash = ?, "
+                "index_revision = ?, revisions_json = ?, latency_json = ?, warm = ?, candidate_count = ?, "
+                "fragment_count = ?, token_count = ?, total_ms = ? WHERE run_id = ? AND status = ?",
+                (
+                    SUCCEEDED, trace.finished_at, trace.effective_memory_hash, trace.index_revision,
+                    _json(trace.revisions), _json(latency), int(trace.warm), len(rows), trace.fragment_count,
+                    trace.token_count, total_ms(latency), run_id, RUNNING,
+                ),
+            )  # fmt: skip
+            self._check_changed(conn, run_id)
+            conn.executemany(_INSERT_CANDIDATE, rows)
+            self._fault(AFTER_CANDIDATES)
+            self._ensure_manifest(conn, trace.effective_memory_hash)
+
+    def fail(self, run_id: str, failure: RunFailure) -> None:
+        latency = dict(failure.latency_ms)
+        with self._lock, storage_errors("cannot record Retrieval Run"), write_transaction(self._conn) as conn:
+            conn.execute(
+                "UPDATE retrieval_runs SET status = ?, finished_at = ?, effective_memory_hash = ?, "
+                "index_revision = ?, revisions_json = ?, latency_json = ?, warm = ?, total_ms = ?, "
+                "error_stage = ?, error_code = ?, error_summary = ? WHERE run_id = ? AND status = ?",
+                (
+                    FAILED, failure.finished_at, failure.effective_memory_hash, failure.index_revision,
+                    _json(failure.revisions), _json(latency), int(failure.warm), total_ms(latency),
+                    bounded(failure.error_stage, MAX_ERROR_FIELD), bounded(failure.error_code, MAX_ERROR_FIELD),
+                    bounded(failure.error_summary, MAX_ERROR_SUMMARY), run_id, RUNNING,
+                ),
+            )  # fmt: skip
+            self._check_changed(conn, run_id)
+            if failure.effective_memory_hash:
+                self._ensure_manifest(conn, failure.effective_memory_hash)
+
+    def _check_changed(self, conn: apsw.Connection, run_id: str) -> None:
+        if conn.changes() == 1:
+            return
+        rows = conn.execute("SELECT status FROM retrieval_runs WHERE run_id = ?", (run_id,)).fetchall()
+        if not rows:
+            raise RunNotFound(f"no Retrieval Run {run_id!r}", run_id=run_id)
+        raise InvalidRequest(f"Retrieval Run {run_id!r} is already {rows[0][0]}", run_id=run_id, status=rows[0][0])
+
+    def _ensure_manifest(self, conn: apsw.Connection, manifest_hash: str) -> None:
+        """Known manifests cost one index probe; an unknown one is copied once from the catalog."""
+        known = conn.execute(
+            "SELECT 1 FROM retrieval_run_resources WHERE manifest_hash = ? LIMIT 1", (manifest_hash,)
+        ).fetchall()
+        if known:
+            return
+        rows = conn.execute("SELECT entries_json FROM manifests WHERE manifest_hash = ?", (manifest_hash,)).fetchall()
+        if not rows:
+            log.warning("Effective Memory manifest %s is unknown; the Run refers to it by hash only", manifest_hash)
+            return
+        entries = [ManifestEntry.from_dict(e) for e in json.loads(str(rows[0][0]))]
+        self._insert_manifest(conn, manifest_hash, entries)
+
+    def _insert_manifest(self, conn: apsw.Connection, manifest_hash: str, entries: Sequence[ManifestEntry]) -> None:
+        conn.executemany(
+            f"INSERT OR IGNORE INTO retrieval_run_resources({_RESOURCE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            _manifest_rows(manifest_hash, entries),
+        )
+        now = self._clock.now_iso()
+        conn.executemany(
+            "INSERT OR IGNORE INTO retrieval_corpus_blobs(sha256, byte_size, media_type, first_seen_at) "
+            "VALUES (?, ?, ?, ?)",
+            [(e.resource_hash, e.byte_size, e.media_type, now) for e in entries],
+        )
+
+    def record_manifest(self, effective_memory: EffectiveMemory) -> str:
+        """Store the ordered manifest once under its hash (the indexer calls this); returns the hash."""
+        with self._lock, storage_errors("cannot read manifest"):
+            known = self._conn.execute(
+                "SELECT 1 FROM retrieval_run_resources WHERE manifest_hash = ? LIMIT 1", (effective_memory.hash,)
+            ).fetchall()
+        if known:
+            return effective_memory.hash
+        digest = check_manifest(effective_memory)
+        with self._lock, storage_errors("cannot store manifest"), write_transaction(self._conn) as conn:
+            self._insert_manifest(conn, digest, effective_memory.entries)
+        return digest
+
+    def record_blob(self, sha256: str, byte_size: int, media_type: str) -> None:
+        """Metadata of a content-addressed blob; the first sighting wins."""
+        with self._lock, storage_errors("cannot record blob"), write_transaction(self._conn) as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO retrieval_corpus_blobs(sha256, byte_size, media_type, first_seen_at) "
+                "VALUES (?, ?, ?, ?)",
+                (sha256, byte_size, media_type, self._clock.now_iso()),
+            )
+
+    def run_manifest(self, manifest_hash: str) -> tuple[ManifestEntry, ...] | None:
+        """The ordered manifest a Run saw, or None when it was never recorded."""
+        with self._lock, storage_errors("cannot read manifest"):
+            rows = self._conn.execute(
+                f"SELECT {_RESOURCE_COLUMNS} FROM retrieval_run_resources WHERE manifest_hash = ? ORDER BY ordinal",
+                (manifest_hash,),
+            ).fetchall()
+        if not rows:
+            return None
+        return tuple(ManifestEntry(int(r[1]), r[2], Layer(r[3]), r[4], r[5], int(r[6]), r[7]) for r in rows)
+
+    # -- pinning ----------------------------------------------------------------------------------
+
+    def pin(self, run_id: str) -> None:
+        """Keep this Run through retention and Clear History (an Evaluation Case refers to it)."""
+        self._set_pinned(run_id, 1)
+
+    def unpin(self, run_id: str) -> None:
+        self._set_pinned(run_id, 0)
+
+    def _set_pinned(self, run_id: str, pinned: int) -> None:
+        with self._lock, storage_errors("cannot pin Retrieval Run"), write_transaction(self._conn) as conn:
+            conn.execute("UPDATE retrieval_runs SET pinned = ? WHERE run_id = ?", (pinned, run_id))
+            if conn.changes() == 0:
+                raise RunNotFound(f"no Retrieval Run {run_id!r}", run_id=run_id)
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def list_runs(self, run_filter: RunFilter, *, limit: int = 50, cursor: str | None = None) -> RunPage:
+        """Newest first (``started_at``, then ``run_id``); keyset pages stay stable while Runs are
+        inserted: no Run present throughout is repeated or skipped."""
+        check_listing(run_filter, limit)
+        where, params = self._where(run_filter)
+        if cursor is not None:
+            started_at, run_id = decode_cursor(cursor)
+            where.append("(started_at < ? OR (started_at = ? AND run_id < ?))")
+            params += [started_at, started_at, run_id]
+        sql = f"SELECT {_SUMMARY_COLUMNS} FROM retrieval_runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY started_at DESC, run_id DESC LIMIT ?"
+        with self._lock, storage_errors("cannot list Retrieval Runs"):
+            rows = self._conn.execute(sql, (*params, limit + 1)).fetchall()
+        runs = tuple(_summary_from_row(r) for r in rows[:limit])
+        more = len(rows) > limit
+        return RunPage(runs, encode_cursor(runs[-1].started_at, runs[-1].run_id) if more else None)
+
+    @staticmethod
+    def _where(f: RunFilter) -> tuple[list[str], list[Any]]:
+        where: list[str] = []
+        params: list[Any] = []
+        for column, op, value in (
+            ("project_id", "=", f.project_id),
+            ("status", "=", f.status),
+            ("started_at", ">=", f.since),
+            ("started_at", "<", f.until),
+        ):
+            if value is not None:
+                where.append(f"{column} {op} ?")
+                params.append(value)
+        if f.query_contains:
+            where.append("query LIKE ? ESCAPE '\\'")
+            params.append(like_escape(f.query_contains))
+        return where, params
+
+    def get_run(self, run_id: str) -> RunDetail:
+        with self._lock, storage_errors("cannot read Retrieval Run"), self._conn:
+            rows = self._conn.execute(
+                f"SELECT {_SUMMARY_COLUMNS}, revisions_json, latency_json FROM retrieval_runs WHERE run_id = ?",
+                (run_id,),
+            ).fetchall()
+            if not rows:
+                raise RunNotFound(f"no Retrieval Run {run_id!r}", run_id=run_id)
+            candidates = self._conn.execute(_SELECT_CANDIDATES, (run_id,)).fetchall()
+        row = rows[0]
+        return RunDetail(
+            summary=_summary_from_row(row[:-2]),
+            revisions=json.loads(row[-2]),
+            latency_ms=json.loads(row[-1]),
+            candidates=tuple(_candidate_from_row(c) for c in candidates),
+        )
+
+    # -- recovery and clearing -------------------------------------------------------------------
+
+    def recover_interrupted(self) -> int:
+        """Fail every ``running`` Run whose owner is gone (``retrieval_interrupted``); a Run of a
+        live process (another CLI, the daemon) stays ``running``. Returns how many were failed."""
+        boot = current_boot_id()
+        with self._lock, storage_errors("cannot recover Retrieval Runs"), write_transaction(self._conn) as conn:
+            rows = conn.execute(
+                "SELECT run_id, owner_pid, owner_started_at, owner_boot_id FROM retrieval_runs WHERE status = ?",
+                (RUNNING,),
+            ).fetchall()
+            gone = [(r[0], r[1]) for r in rows if owner_gone(r[1], r[2], r[3], boot)]
+            now = self._clock.now_iso()
+            conn.executemany(
+                "UPDATE retrieval_runs SET status = ?, finished_at = ?, error_stage = ?, error_code = ?, "
+                "error_summary = ? WHERE run_id = ? AND status = ?",
+                [(FAILED, now, INTERRUPTED_STAGE, INTERRUPTED, interrupted_summary(pid), run_id, RUNNING)
+                 for run_id, pid in gone],
+            )  # fmt: skip
+        return len(gone)
+
+    def clear(self, project_id: str | None = None) -> ClearReport:
+        """Delete unpinned Runs of one project (or all) except those still running in a live
+        process, and the manifests nothing refers to; commit; then delete blob files no longer live."""
+        scope, params = ("AND project_id = ?", [project_id]) if project_id is not None else ("", [])
+        boot = current_boot_id()
+        with self._lock, storage_errors("cannot clear Retrieval Runs"), write_transaction(self._conn) as conn:
+            running = conn.execute(
+                "SELECT run_id, owner_pid, owner_started_at, owner_boot_id FROM retrieval_runs "
+                f"WHERE pinned = 0 AND status = 'running' {scope}",
+                params,
+            ).fetchall()
+            in_flight = [r[0] for r in running if not owner_gone(r[1], r[2], r[3], boot)]
+            spare = f"AND run_id NOT IN ({', '.join('?' * len(in_flight))})" if in_flight else ""
+            conn.execute(f"DELETE FROM retrieval_runs WHERE pinned = 0 {scope} {spare}", [*params, *in_flight])
+            deleted = conn.changes()
+            kept = conn.execute(f"SELECT count(*) FROM retrieval_runs WHERE pinned = 1 {scope}", params).fetchall()
+            conn.execute(_DELETE_UNUSED_MANIFESTS)
+            live = self._live_digests(conn)
+            stale = [(d,) for (d,) in conn.execute("SELECT sha256 FROM retrieval_corpus_blobs") if d not in live]
+            conn.executemany("DELETE FROM retrieval_corpus_blobs WHERE sha256 = ?", stale)
+        self._fault(AFTER_CLEAR_COMMIT)
+        deleted_blobs = 0
+        if self._blobs is not None:
+            deleted_blobs = collect_blobs(self._blobs, self.live_blobs, self._grace)
+        return ClearReport(deleted_runs=deleted, kept_pinned=int(kept[0][0]), deleted_blobs=deleted_blobs)
+
+    def live_blobs(self) -> set[str]:
+        """Digests a Run's manifest, a current/previous generation or an evaluation corpus names."""
+        with self._lock, storage_errors("cannot read blob references"), self._conn:
+            return self._live_digests(self._conn)
+
+    def _live_digests(self, conn: apsw.Connection) -> set[str]:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        live: set[str] = set()
+        for table, sql in LIVE_BLOB_QUERIES:
+            if table in tables:
+                live.update(str(d) for (d,) in conn.execute(sql) if d is not None)
+        return live
+
+
+def interrupted_summary(pid: int | None) -> str:
+    return f"the process that ran this activation (pid {pid}) ended before the Run was recorded"
+
+
+def _json(value: Mapping[str, Any]) -> str:
+    return canonical_json(dict(value)).decode("utf-8")
+
+
+__all__ = [
+    "AFTER_CANDIDATES",
+    "AFTER_CLEAR_COMMIT",
+    "BLOB_GRACE_S",
+    "CRASH_POINT_ENV",
+    "INTERRUPTED",
+    "LIVE_BLOB_QUERIES",
+    "Owner",
+    "SqliteRunStore",
+]

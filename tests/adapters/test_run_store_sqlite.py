@@ -1,0 +1,444 @@
+"""SqliteRunStore on disk: the schema 2 -> latest migration, atomic completion, crash recovery,
+blob garbage collection with a real FileBlobStore, and owner-only modes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import apsw
+import pytest
+
+from memory_core.adapters.blob_store import FileBlobStore
+from memory_core.adapters.sqlite import SCHEMA_VERSION, SqliteCatalog, open_database, schema_version
+from memory_core.adapters.sqlite.runs import (
+    AFTER_CANDIDATES,
+    AFTER_CLEAR_COMMIT,
+    CRASH_EXIT,
+    CRASH_POINT_ENV,
+    INTERRUPTED,
+    SqliteRunStore,
+)
+from memory_core.errors import StorageUnavailable
+from memory_core.model import EffectiveMemory, Generation, IndexRevisions, Layer, ManifestEntry, Project, Source
+from memory_core.recording import FAILED, RUNNING, SUCCEEDED, RunFilter
+from tests.contracts.test_run_store import failure, ranked, run_start, trace_of, ts
+
+ROOT = Path(__file__).resolve().parents[2]
+REVISIONS = IndexRevisions(parser="p1", chunker="c1", embedding_model="e1", lexical="l1", vector="v1")
+V2_TABLES = {
+    "projects": "project_id, created_at",
+    "project_sources": "project_id, ordinal, path, layer",
+    "generations": "project_id, index_revision, effective_memory_hash, unit_count, resource_count, "
+    "revisions_json, created_at, directory, manifest_hash",
+    "project_generation_pointers": "project_id, current_revision, previous_revision",
+    "file_hash_cache": "path, size, mtime_ns, sha256",
+    "manifests": "manifest_hash, entries_json, created_at",
+}
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def real_memory(blobs: FileBlobStore, tag: str, n: int, project: str = "alpha") -> EffectiveMemory:
+    """A manifest whose resource hashes are real blobs in ``blobs``."""
+    entries = []
+    for i in range(n):
+        digest = blobs.put(f"{tag} resource {i}\n".encode())
+        entries.append(
+            ManifestEntry(i, f"{tag}/{i}.md", Layer.PROJECT, f"file:///{tag}/{i}.md", digest, 20, "text/markdown")
+        )
+    return EffectiveMemory.from_entries(project, entries)
+
+
+def age(blobs: FileBlobStore, seconds: float = 7200) -> None:
+    """Make every blob file look old enough to collect."""
+    past = time.time() - seconds
+    for digest in blobs.digests():
+        os.utime(blobs.path_of(digest), (past, past))
+
+
+def count(conn: apsw.Connection, table: str, where: str = "", params: tuple = ()) -> int:
+    return int(conn.execute(f"SELECT count(*) FROM {table} {where}", params).fetchall()[0][0])
+
+
+@pytest.fixture
+def home(tmp_path):
+    conn = open_database(tmp_path / "local.db")
+    blobs = FileBlobStore(tmp_path / "evaluation-corpora" / "blobs")
+    yield conn, SqliteCatalog(conn), blobs
+    conn.close()
+
+
+def index(catalog: SqliteCatalog, project: str, revision: str, memory: EffectiveMemory) -> None:
+    catalog.put_manifest(memory)
+    catalog.set_current_generation(
+        Generation(project, revision, memory.hash, 1, len(memory.entries), REVISIONS, ts(0), f"/g/{revision}")
+    )
+
+
+# -- migration ------------------------------------------------------------------------------------
+
+
+def _populate_v2(conn: apsw.Connection, n_projects: int) -> None:
+    for p in range(n_projects):
+        pid = f"project-{p}"
+        conn.execute("INSERT INTO projects VALUES (?, ?)", (pid, f"2025-01-{p + 1:02d}"))
+        for i in range(3):
+            conn.execute("INSERT INTO project_sources VALUES (?, ?, ?, ?)", (pid, i, f"/src/{pid}/{i}", "project"))
+        for rev in range(2):
+            entries = [
+                ManifestEntry(
+                    k, f"{pid}/{k}.md", Layer.PROJECT, f"file:///{pid}/{rev}/{k}",
+                    hashlib.sha256(f"{pid}-{rev}-{k}".encode()).hexdigest(), k, "text/markdown",
+                ).to_dict()
+                for k in range(3)
+            ]  # fmt: skip
+            body = json.dumps(entries, sort_keys=True, separators=(",", ":"))
+            digest = hashlib.sha256(body.encode()).hexdigest()
+            conn.execute("INSERT INTO manifests VALUES (?, ?, ?)", (digest, body, "t"))
+            conn.execute(
+                "INSERT INTO generations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (pid, f"rev{rev}", digest, 10, 3, json.dumps(REVISIONS.to_dict()), "t", f"/d/{pid}/rev{rev}", digest),
+            )
+        conn.execute("INSERT INTO project_generation_pointers VALUES (?, 'rev1', 'rev0')", (pid,))
+        conn.execute("INSERT INTO file_hash_cache VALUES (?, ?, ?, ?)", (f"/src/{pid}/a.md", p, p * 7, "ab" * 32))
+
+
+def _dump(conn: apsw.Connection) -> dict[str, list[tuple]]:
+    return {t: conn.execute(f"SELECT {cols} FROM {t} ORDER BY 1, 2").fetchall() for t, cols in V2_TABLES.items()}
+
+
+def test_populated_v2_database_migrates_to_latest_without_losing_rows(tmp_path):
+    path = tmp_path / "local.db"
+    conn = open_database(path, target_version=2)
+    with conn:
+        _populate_v2(conn, n_projects=20)
+    before = _dump(conn)
+    assert {t: len(rows) for t, rows in before.items()} == {
+        "projects": 20, "project_sources": 60, "generations": 40, "project_generation_pointers": 20,
+        "file_hash_cache": 20, "manifests": 40,
+    }  # fmt: skip
+    assert not conn.execute("SELECT name FROM sqlite_master WHERE name = 'retrieval_runs'").fetchall()
+    conn.close()
+
+    conn = open_database(path)
+    assert schema_version(conn) == SCHEMA_VERSION >= 3
+    assert _dump(conn) == before
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    for table in ("retrieval_runs", "retrieval_run_candidates", "retrieval_run_resources", "retrieval_corpus_blobs"):
+        assert count(conn, table) == 0
+
+    # The new tables are usable, and the old manifests feed them.
+    catalog = SqliteCatalog(conn)
+    store = SqliteRunStore(conn)
+    current = catalog.current_generation("project-4")
+    run_id = store.start(run_start("project-4"))
+    store.complete(run_id, trace_of(ranked(3), current.effective_memory_hash))
+    assert store.get_run(run_id).summary.status == SUCCEEDED
+    assert [e.resource_id for e in store.run_manifest(current.effective_memory_hash)] == [
+        "project-4/0.md", "project-4/1.md", "project-4/2.md",
+    ]  # fmt: skip
+    # Blobs named by the migrated generations are live (previous and current, every project).
+    assert len(store.live_blobs()) == 20 * 2 * 3
+    assert store.list_runs(RunFilter(project_id="project-4")).runs[0].run_id == run_id
+    assert store.clear().deleted_runs == 1
+    catalog.remove_project("project-0")
+    assert len(catalog.list_projects()) == 19
+    conn.close()
+
+
+# -- atomicity ------------------------------------------------------------------------------------
+
+
+def test_a_failure_after_the_candidates_insert_leaves_the_run_running_and_empty(home):
+    conn, catalog, _ = home
+    memory = EffectiveMemory.from_entries(
+        "alpha", [ManifestEntry(0, "a.md", Layer.PROJECT, "file:///a.md", "ab" * 32, 1, "text/markdown")]
+    )
+    catalog.put_manifest(memory)  # known to the catalog only: completing would copy it
+
+    def fault(point: str) -> None:
+        if point == AFTER_CANDIDATES:
+            raise OSError("disk vanished mid-write")
+
+    store = SqliteRunStore(conn, fault=fault)
+    run_id = store.start(run_start())
+    with pytest.raises(OSError, match="disk vanished"):
+        store.complete(run_id, trace_of(ranked(11, n_units=25), memory.hash))
+    assert store.get_run(run_id).summary.status == RUNNING
+    assert count(conn, "retrieval_run_candidates") == 0
+    assert count(conn, "retrieval_run_resources") == 0
+    assert not conn.in_transaction
+    # The same Run can still complete once the fault is gone.
+    SqliteRunStore(conn).complete(run_id, trace_of(ranked(11, n_units=25), memory.hash))
+    assert store.get_run(run_id).summary.status == SUCCEEDED
+    assert count(conn, "retrieval_run_resources") == 1
+
+
+def test_a_constraint_violation_in_the_middle_of_the_candidates_rolls_everything_back(home):
+    conn, _, _ = home
+    store = SqliteRunStore(conn)
+    candidates = ranked(12, n_units=30)
+    assert len(candidates) > 3
+    candidates[-1].final_rank = candidates[1].final_rank  # a duplicate key, late in the batch
+    run_id = store.start(run_start())
+    with pytest.raises(apsw.ConstraintError):
+        store.complete(run_id, trace_of(candidates))
+    detail = store.get_run(run_id)
+    assert detail.summary.status == RUNNING and detail.summary.candidate_count == 0
+    assert count(conn, "retrieval_run_candidates") == 0
+
+
+def test_a_busy_database_is_storage_unavailable_and_records_nothing(tmp_path):
+    holder = open_database(tmp_path / "local.db")
+    store = SqliteRunStore(open_database(tmp_path / "local.db", busy_timeout_ms=50))
+    run_id = store.start(run_start())
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StorageUnavailable):
+            store.start(run_start())
+        with pytest.raises(StorageUnavailable):
+            store.complete(run_id, trace_of(ranked(1)))
+    finally:
+        holder.execute("ROLLBACK")
+    assert store.get_run(run_id).summary.status == RUNNING
+    assert count(holder, "retrieval_runs") == 1
+    store.complete(run_id, trace_of(ranked(1)))
+    holder.close()
+
+
+def test_recording_cost_does_not_grow_with_the_manifest(home):
+    conn, _, blobs = home
+    store = SqliteRunStore(conn, blobs)
+    changed = {}
+    for size in (10, 3000):
+        memory = EffectiveMemory.from_entries(
+            "alpha",
+            [
+                ManifestEntry(i, f"{size}/{i}.md", Layer.PROJECT, f"file:///{i}", f"{i:064x}", 1, "text/markdown")
+                for i in range(size)
+            ],
+        )
+        store.record_manifest(memory)  # once, at index time
+        candidates = ranked(4, n_units=30)
+        run_id = store.start(run_start())
+        before = conn.total_changes()
+        store.complete(run_id, trace_of(candidates, memory.hash))
+        changed[size] = conn.total_changes() - before - len(candidates)
+    assert changed == {10: 1, 3000: 1}  # one Run row updated, whatever the corpus size
+
+
+def test_two_connections_record_concurrently(tmp_path):
+    stores = [SqliteRunStore(open_database(tmp_path / "local.db")) for _ in range(2)]
+    made: list[list[str]] = [[], []]
+
+    def work(k: int) -> None:
+        for i in range(40):
+            run_id = stores[k].start(run_start(f"p{k}", i=i))
+            stores[k].complete(run_id, trace_of(ranked(i, n_units=8)))
+            made[k].append(run_id)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    runs = stores[0].list_runs(RunFilter(status=SUCCEEDED), limit=500).runs
+    assert sorted(r.run_id for r in runs) == sorted(made[0] + made[1])
+
+
+# -- crashes (a real process exiting hard at a named point) -----------------------------------------
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from memory_core.adapters.blob_store import FileBlobStore
+    from memory_core.adapters.sqlite import open_database
+    from memory_core.adapters.sqlite.runs import SqliteRunStore
+    from tests.contracts.test_run_store import ranked, run_start, trace_of
+
+    db, blobs, action = sys.argv[1], sys.argv[2], sys.argv[3]
+    store = SqliteRunStore(open_database(db), FileBlobStore(blobs), blob_grace_s=0)
+    if action == "activate":
+        run_id = store.start(run_start(query="interrupted"))
+        print(run_id, flush=True)
+        store.complete(run_id, trace_of(ranked(21, n_units=40)))
+    else:
+        store.clear()
+    sys.exit(3)  # never reached: the crash point exits first
+    """
+)
+
+
+def _child(tmp_path: Path, point: str, action: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, CRASH_POINT_ENV: point, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp_path / "local.db"), str(tmp_path / "blobs"), action],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_process_dying_mid_completion_leaves_a_recoverable_running_run(tmp_path):
+    open_database(tmp_path / "local.db").close()
+    done = _child(tmp_path, AFTER_CANDIDATES, "activate")
+    assert done.returncode == CRASH_EXIT, done.stderr
+    run_id = done.stdout.strip()
+    conn = open_database(tmp_path / "local.db")
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    store = SqliteRunStore(conn)
+    assert store.get_run(run_id).summary.status == RUNNING
+    assert count(conn, "retrieval_run_candidates") == 0
+    assert store.recover_interrupted() == 1
+    s = store.get_run(run_id).summary
+    assert (s.status, s.error_code) == (FAILED, INTERRUPTED)
+    # No terminal Run has partial candidates.
+    assert conn.execute(
+        "SELECT count(*) FROM retrieval_runs r WHERE status != 'running' AND candidate_count != "
+        "(SELECT count(*) FROM retrieval_run_candidates c WHERE c.run_id = r.run_id)"
+    ).fetchall() == [(0,)]
+    conn.close()
+
+
+@pytest.mark.slow
+def test_a_crash_between_the_row_delete_and_the_file_delete_leaves_orphans_the_next_clear_sweeps(tmp_path):
+    conn = open_database(tmp_path / "local.db")
+    blobs = FileBlobStore(tmp_path / "blobs")
+    store = SqliteRunStore(conn, blobs, blob_grace_s=0)
+    memory = real_memory(blobs, "run", 4)
+    store.record_manifest(memory)
+    run_id = store.start(run_start())
+    store.complete(run_id, trace_of(ranked(2), memory.hash))
+    done = _child(tmp_path, AFTER_CLEAR_COMMIT, "clear")
+    assert done.returncode == CRASH_EXIT, done.stderr
+    assert count(conn, "retrieval_runs") == 0  # the database committed first
+    assert len(set(blobs.digests())) == 4  # the files are orphans now
+    report = store.clear()
+    assert (report.deleted_runs, report.deleted_blobs) == (0, 4)
+    assert list(blobs.digests()) == []
+    conn.close()
+
+
+def test_a_raising_fault_after_the_clear_commit_also_leaves_sweepable_orphans(home):
+    conn, _, blobs = home
+
+    def fault(point: str) -> None:
+        if point == AFTER_CLEAR_COMMIT:
+            raise KeyboardInterrupt
+
+    crashing = SqliteRunStore(conn, blobs, blob_grace_s=0, fault=fault)
+    memory = real_memory(blobs, "run", 3)
+    crashing.record_manifest(memory)
+    crashing.complete(crashing.start(run_start()), trace_of(ranked(2), memory.hash))
+    with pytest.raises(KeyboardInterrupt):
+        crashing.clear()
+    assert count(conn, "retrieval_runs") == 0 and len(set(blobs.digests())) == 3
+    assert SqliteRunStore(conn, blobs, blob_grace_s=0).clear().deleted_blobs == 3
+
+
+# -- garbage collection ---------------------------------------------------------------------------
+
+
+def test_gc_deletes_exactly_the_unreferenced_blob_files(home, tmp_path):
+    conn, catalog, blobs = home
+    store = SqliteRunStore(conn, blobs)  # the default grace period
+    catalog.add_project(Project("alpha", (Source("/src"),), ts(0)))
+    gen1, gen2, gen3 = (real_memory(blobs, f"gen{i}", 3) for i in (1, 2, 3))
+    for revision, memory in (("rev1", gen1), ("rev2", gen2), ("rev3", gen3)):
+        store.record_manifest(memory)
+        index(catalog, "alpha", revision, memory)  # rev1 falls out: neither current nor previous
+    cleared, pinned = real_memory(blobs, "cleared", 2), real_memory(blobs, "pinned", 2)
+    corpus = real_memory(blobs, "corpus", 2)
+    stray = blobs.put(b"nobody refers to me")
+    for memory in (cleared, pinned):
+        store.record_manifest(memory)
+    runs = {}
+    for name, memory in (("cleared", cleared), ("pinned", pinned), ("gen3", gen3)):
+        runs[name] = store.start(run_start())
+        store.complete(runs[name], trace_of(ranked(5), memory.hash))
+    store.pin(runs["pinned"])
+    # Evaluation corpora come with a later migration; their table is already a blob reference.
+    conn.execute("CREATE TABLE evaluation_corpus_resources (corpus_id TEXT, resource_hash TEXT)")
+    conn.executemany(
+        "INSERT INTO evaluation_corpus_resources VALUES ('c', ?)", [(e.resource_hash,) for e in corpus.entries]
+    )
+    local_storage = tmp_path / "projects" / "alpha" / "generations" / "rev3"
+    local_storage.mkdir(parents=True)
+    (local_storage / "units.jsonl").write_text("{}")
+
+    # Fresh files are spared: they may belong to an index build in progress.
+    report = store.clear()
+    assert (report.deleted_runs, report.kept_pinned, report.deleted_blobs) == (2, 1, 0)
+    age(blobs)
+    before = set(blobs.digests())
+    report = store.clear()
+    assert report.deleted_runs == 0
+    dead = {e.resource_hash for e in (*gen1.entries, *cleared.entries)} | {stray}
+    assert report.deleted_blobs == len(dead)
+    assert set(blobs.digests()) == before - dead
+    live = {e.resource_hash for m in (gen2, gen3, pinned, corpus) for e in m.entries}
+    assert set(blobs.digests()) == live == store.live_blobs()
+    for digest in live:
+        blobs.get(digest)  # still there and intact
+    # Metadata follows the files; manifests nothing refers to are gone.
+    assert {d for (d,) in conn.execute("SELECT sha256 FROM retrieval_corpus_blobs")} <= live
+    manifests = {h for (h,) in conn.execute("SELECT DISTINCT manifest_hash FROM retrieval_run_resources")}
+    assert manifests == {gen2.hash, gen3.hash, pinned.hash}
+    assert (local_storage / "units.jsonl").read_text() == "{}"  # Project Local Storage untouched
+
+
+def test_clearing_one_project_keeps_blobs_another_projects_runs_use(home):
+    conn, _, blobs = home
+    store = SqliteRunStore(conn, blobs, blob_grace_s=0)
+    shared = real_memory(blobs, "shared", 2)
+    store.record_manifest(shared)
+    for project in ("alpha", "beta"):
+        store.complete(store.start(run_start(project)), trace_of(ranked(1), shared.hash))
+    assert store.clear("alpha").deleted_blobs == 0
+    assert len(set(blobs.digests())) == 2
+    assert store.clear("beta").deleted_blobs == 2
+
+
+def test_record_blob_keeps_the_first_sighting(home):
+    conn, _, _ = home
+    store = SqliteRunStore(conn)
+    store.record_blob("ab" * 32, 10, "text/markdown")
+    store.record_blob("ab" * 32, 99, "text/plain")
+    assert conn.execute("SELECT byte_size, media_type FROM retrieval_corpus_blobs").fetchall() == [
+        (10, "text/markdown")
+    ]
+
+
+def test_files_stay_owner_only_with_a_loose_umask(tmp_path):
+    previous = os.umask(0o022)
+    try:
+        home = tmp_path / "home"
+        conn = open_database(home / "local.db")
+        blobs = FileBlobStore(home / "evaluation-corpora" / "blobs")
+        store = SqliteRunStore(conn, blobs, blob_grace_s=0)
+        memory = real_memory(blobs, "m", 3)
+        store.record_manifest(memory)
+        kept = store.start(run_start())
+        store.complete(kept, trace_of(ranked(1), memory.hash))
+        store.pin(kept)
+        store.fail(store.start(run_start()), failure())
+        store.clear()
+        assert len(set(blobs.digests())) == 3
+        for name in ("local.db", "local.db-wal", "local.db-shm"):
+            assert mode(home / name) == 0o600, name
+        for path in blobs.root.rglob("*"):
+            assert mode(path) == (0o700 if path.is_dir() else 0o600), path
+        conn.close()
+    finally:
+        os.umask(previous)
