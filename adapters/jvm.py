@@ -32,6 +32,9 @@ _JVM_OPTIONS = (
     "-XX:-UsePerfData",
     # Two cores: a parallel collector's threads would compete with the query threads.
     "-XX:+UseSerialGC",
+    # Leave SIGTERM/SIGINT to Python: the JVM's own handlers would exit at once, skipping the
+    # daemon's clean shutdown and leaving Runs `running`.
+    "-Xrs",
 )
 # Lucene 9 memory-maps index files through sun.misc.Unsafe on Java >= 22; Java 24+ warns on stderr.
 _UNSAFE_OPTION = "--sun-misc-unsafe-memory-access=allow"

@@ -27,12 +27,13 @@ from memory_core.ports import (
     VectorIndexFactory,
 )
 from memory_core.profile import RankingProfile
-from memory_core.recording import RunRecorder
+from memory_core.recording import RunRecorder, RunStore
 from memory_core.rerankers import ConvexFusionReranker
 
 
 def utc_now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+    """One timestamp format everywhere: Runs are listed and filtered by comparing these strings."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def limit_blas_threads() -> None:
@@ -60,7 +61,9 @@ def bootstrap(
     vectors: VectorIndexFactory | None = None,
     reranker: Reranker | None = None,
     recorder: RunRecorder | None = None,
+    history: RunStore | None = None,
     profile: RankingProfile | None = None,
+    recover: bool = True,
 ) -> Engine:
     from memory_core.adapters.home import HomeLayout
 
@@ -105,6 +108,15 @@ def bootstrap(
         from memory_core.adapters.usearch_index import UsearchIndexFactory
 
         vectors = UsearchIndexFactory()
+    if history is None:
+        from memory_core.adapters.blob_store import FileBlobStore
+        from memory_core.adapters.sqlite.database import open_database
+        from memory_core.adapters.sqlite.runs import SqliteRunStore
+
+        # Its own connection: the run store serialises its transactions, the catalog does not.
+        history = SqliteRunStore(open_database(layout.db_path), FileBlobStore(layout.blobs_dir))
+    if recover:
+        history.recover_interrupted()  # Runs left `running` by a process that is gone
     limit_blas_threads()
     indexer = Indexer(
         catalog=catalog,
@@ -118,10 +130,8 @@ def bootstrap(
         lexical=lexical,
         vectors=vectors,
         now=utc_now,
+        corpus=history,
     )
-    extra: dict[str, Any] = {}
-    if recorder is not None:
-        extra["recorder"] = recorder
     return Engine(
         catalog=catalog,
         manifests=manifests,  # type: ignore[arg-type]
@@ -133,7 +143,8 @@ def bootstrap(
         reranker=reranker or ConvexFusionReranker(),
         now=utc_now,
         profile=profile or RankingProfile(),
-        **extra,
+        recorder=recorder or history,
+        history=history,
     )
 
 
@@ -144,6 +155,7 @@ def bootstrap_in_memory(**overrides: Any) -> Engine:
     """An engine wired to the in-memory adapters: no disk, no JVM, no model. For fast tests and
     for embedding memory-core where persistence is not wanted; any part can still be overridden."""
     from memory_core.adapters.in_memory.lexical import InMemoryLexicalIndexFactory
+    from memory_core.adapters.in_memory.runs import InMemoryRunStore
     from memory_core.adapters.in_memory.storage import (
         InMemoryBlobStore,
         InMemoryCatalog,
@@ -175,10 +187,13 @@ def bootstrap_in_memory(**overrides: Any) -> Engine:
         "profile": RankingProfile(),
     }
     parts.update(overrides)
+    if parts.get("history") is None:
+        parts["history"] = InMemoryRunStore(parts["blobs"], catalog=parts["catalog"])
     for factory in (parts["lexical"], parts["vectors"]):
         if hasattr(factory, "relocate") and hasattr(parts["generations"], "on_publish"):
             parts["generations"].on_publish.append(factory.relocate)
-    recorder = parts.pop("recorder", None)
+    history = parts.pop("history")
+    recorder = parts.pop("recorder", None) or history
     profile = parts.pop("profile")
     reranker = parts.pop("reranker")
     indexer = Indexer(
@@ -193,8 +208,8 @@ def bootstrap_in_memory(**overrides: Any) -> Engine:
         lexical=parts["lexical"],
         vectors=parts["vectors"],
         now=utc_now,
+        corpus=history,
     )
-    extra: dict[str, Any] = {"recorder": recorder} if recorder is not None else {}
     return Engine(
         catalog=parts["catalog"],
         manifests=parts["manifests"],
@@ -206,5 +221,6 @@ def bootstrap_in_memory(**overrides: Any) -> Engine:
         reranker=reranker,
         now=utc_now,
         profile=profile,
-        **extra,
+        recorder=recorder,
+        history=history,
     )

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from memory_core.entrypoints.daemon import cli as daemon_cli  # argparse only: cheap
 from memory_core.errors import InvalidRequest, MemoryCoreError
 from memory_core.model import Layer, Source
 
@@ -65,6 +66,28 @@ def build_parser() -> argparse.ArgumentParser:
     act.add_argument("--rows", type=int, default=25, help="candidate rows to show (table mode)")
     act.add_argument("--json", action="store_true", help="print the full response and trace as JSON")
 
+    runs = sub.add_parser("runs", help="Retrieval Runs: list, show, clear").add_subparsers(dest="action", required=True)
+    rl = runs.add_parser("list", help="recent Runs, newest first")
+    rl.add_argument("--project")
+    rl.add_argument("--status", choices=["running", "succeeded", "failed"])
+    rl.add_argument("--query", help="only Runs whose query contains this text")
+    rl.add_argument("--since", help="ISO-8601 time, inclusive")
+    rl.add_argument("--until", help="ISO-8601 time, exclusive")
+    rl.add_argument("--limit", type=int, default=20)
+    rl.add_argument("--cursor", help="next_cursor of the previous page")
+    rl.add_argument("--json", action="store_true")
+    rs = runs.add_parser("show", help="one Run's full trace")
+    rs.add_argument("run_id")
+    rs.add_argument("--rows", type=int, default=25)
+    rs.add_argument("--json", action="store_true")
+    rc = runs.add_parser("clear", help="delete unpinned Runs (Clear History) and unreferenced blobs")
+    scope = rc.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--project")
+    scope.add_argument("--all", action="store_true")
+    rc.add_argument("--json", action="store_true")
+
+    daemon_cli.add_cli_commands(sub)  # memcore serve, memcore contracts generate
+
     demo = sub.add_parser("demo", help="index the embedded demo memory and run example activations")
     demo.add_argument("--json", action="store_true")
     return parser
@@ -79,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from memory_core.entrypoints import commands  # imported late: keeps --help instant
 
     try:
+        if args.command in daemon_cli.COMMANDS:
+            return daemon_cli.handle(args)
         return commands.run(args)
     except InvalidRequest as exc:
         _error(exc)

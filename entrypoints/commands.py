@@ -16,6 +16,7 @@ from memory_core.entrypoints.cli import _emit_json, _parse_source
 from memory_core.errors import InvalidActivationState
 from memory_core.indexing import Progress
 from memory_core.model import Layer
+from memory_core.recording import RunFilter
 
 
 def run(args: argparse.Namespace) -> int:
@@ -125,6 +126,41 @@ def activate(engine: Engine, args: argparse.Namespace) -> int:
     return 0
 
 
+def runs_list(engine: Engine, args: argparse.Namespace) -> int:
+    run_filter = RunFilter(
+        project_id=args.project, status=args.status, since=args.since, until=args.until, query_contains=args.query
+    )
+    page = engine.list_runs(run_filter, limit=args.limit, cursor=args.cursor)
+    if args.json:
+        _emit_json(wire.to_json(page))
+    else:
+        render.console().print(render.runs_table(page))
+    return 0
+
+
+def runs_show(engine: Engine, args: argparse.Namespace) -> int:
+    detail = engine.get_run(args.run_id)
+    if args.json:
+        _emit_json(wire.to_json(detail))
+    else:
+        out = render.console()
+        for line in render.run_detail(detail, args.rows):
+            out.print(line)
+    return 0
+
+
+def runs_clear(engine: Engine, args: argparse.Namespace) -> int:
+    report = engine.clear_runs(None if args.all else args.project)
+    if args.json:
+        _emit_json(wire.to_json(report))
+    else:
+        render.console().print(
+            f"deleted {report.deleted_runs} unpinned Runs, kept {report.kept_pinned} pinned, "
+            f"removed {report.deleted_blobs} unreferenced blobs"
+        )
+    return 0
+
+
 def demo(engine: Engine, args: argparse.Namespace) -> int:
     from memory_core.adapters.home import resolve_home
     from memory_core.entrypoints.demo import run_demo
@@ -139,5 +175,8 @@ HANDLERS: dict[tuple[str, str | None], Callable[[Engine, argparse.Namespace], in
     ("project", "remove"): project_remove,
     ("index", None): index,
     ("activate", None): activate,
+    ("runs", "list"): runs_list,
+    ("runs", "show"): runs_show,
+    ("runs", "clear"): runs_clear,
     ("demo", None): demo,
 }

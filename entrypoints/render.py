@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from memory_core.engine import Activation, ProjectInfo
 from memory_core.indexing import IndexReport
-from memory_core.pipeline import SELECTED, Candidate
+from memory_core.pipeline import SELECTED
+from memory_core.recording import RunDetail, RunPage
 
 
 def _rank(rank: int | None, score: float | None, digits: int = 3) -> str:
@@ -48,25 +50,18 @@ def index_summary(report: IndexReport) -> str:
     )
 
 
-def candidates_table(activation: Activation, rows: int) -> Table:
-    r = activation.response
-    table = Table(
-        title=f"{r.project_id}: {r.query!r}  (run {r.run_id or '-'})",
-        caption=(
-            f"{r.totals['selected']} selected of {r.totals['candidates']} candidates, "
-            f"{r.totals['tokens']}/{r.totals['budget']} tokens, {r.totals['reused']} reused; "
-            f"latency {r.latency_ms.get('total', 0):.1f} ms"
-        ),
-    )
+def stage_table(title: str, caption: str, candidates: Sequence[Any], rows: int) -> Table:
+    """Rank (score) per stage, disposition and code or action: for live Candidates and for
+    stored CandidateRecords alike (they share the field names)."""
+    table = Table(title=title, caption=caption)
     for col in ("final", "unit", "exact", "bm25", "dense", "rrf", "rerank", "disposition", "code / action"):
         table.add_column(col, overflow="fold")
-    shown: list[Candidate] = [c for c in activation.candidates[:rows]]
-    shown += [c for c in activation.candidates[rows:] if c.disposition == SELECTED]
+    shown = list(candidates[:rows]) + [c for c in candidates[rows:] if c.disposition == SELECTED]
     for c in shown:
         selected = c.disposition == SELECTED
         table.add_row(
             str(c.final_rank),
-            c.unit.unit_id,
+            c.unit_id,
             _rank(c.exact_rank, c.exact_score, 2),
             _rank(c.bm25_rank, c.bm25_score, 2),
             _rank(c.dense_rank, c.dense_score),
@@ -76,6 +71,61 @@ def candidates_table(activation: Activation, rows: int) -> Table:
             (c.delta_action or "") if selected else (c.exclusion_code or ""),
         )
     return table
+
+
+def candidates_table(activation: Activation, rows: int) -> Table:
+    r = activation.response
+    return stage_table(
+        f"{r.project_id}: {r.query!r}  (run {r.run_id or '-'})",
+        f"{r.totals['selected']} selected of {r.totals['candidates']} candidates, "
+        f"{r.totals['tokens']}/{r.totals['budget']} tokens, {r.totals['reused']} reused; "
+        f"latency {r.latency_ms.get('total', 0):.1f} ms",
+        activation.candidates,
+        rows,
+    )
+
+
+def runs_table(page: RunPage) -> Table:
+    table = Table(title="Retrieval Runs (newest first)", caption=f"next cursor: {page.next_cursor or '-'}")
+    for col in ("run", "project", "status", "started", "query", "fragments", "tokens", "ms", "pinned"):
+        table.add_column(col, overflow="fold")
+    for r in page.runs:
+        status = {"succeeded": "[green]succeeded[/]", "failed": "[red]failed[/]"}.get(r.status, r.status)
+        table.add_row(
+            r.run_id,
+            r.project_id,
+            status,
+            r.started_at,
+            r.query[:60],
+            str(r.fragment_count),
+            str(r.token_count),
+            f"{r.total_ms:.1f}" if r.total_ms is not None else "-",
+            "yes" if r.pinned else "",
+        )
+    return table
+
+
+def run_detail(detail: RunDetail, rows: int) -> list[Any]:
+    s = detail.summary
+    lines: list[Any] = [
+        f"run {s.run_id}  project {s.project_id}  status {s.status}  warm {s.warm}",
+        f"query: {s.query!r}",
+        f"started {s.started_at}  finished {s.finished_at}  state fingerprint {s.state_fingerprint[:16]}",
+        "revisions: " + ", ".join(f"{k}={v}" for k, v in sorted(detail.revisions.items())),
+        "latency ms: " + ", ".join(f"{k} {v:.1f}" for k, v in detail.latency_ms.items()),
+    ]
+    if s.status == "failed":
+        lines.append(f"[red]error[/] stage {s.error_stage}, code {s.error_code}: {s.error_summary}")
+    if detail.candidates:
+        lines.append(
+            stage_table(
+                "candidates (final order)",
+                f"{s.fragment_count} fragments, {s.token_count}/{s.token_budget} tokens",
+                detail.candidates,
+                rows,
+            )
+        )
+    return lines
 
 
 def latency_line(activation: Activation) -> str:

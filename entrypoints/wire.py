@@ -64,6 +64,11 @@ def candidates_to_json(candidates: tuple[Candidate, ...]) -> list[dict[str, Any]
     return [_converter.unstructure(c) for c in candidates]
 
 
+def to_json(value: Any) -> Any:
+    """Any attrs value of the engine's API (Run pages and details, reports) as plain JSON."""
+    return _converter.unstructure(value)
+
+
 def project_to_json(info: ProjectInfo) -> dict[str, Any]:
     return {
         "project": _converter.unstructure(info.project),

@@ -20,9 +20,11 @@ from memory_core.errors import (
     GenerationCorrupted,
     InvalidBudget,
     InvalidQuery,
+    InvalidRequest,
     MemoryCoreError,
     ProjectNotIndexed,
     RetrievalFailed,
+    StorageUnavailable,
 )
 from memory_core.exact import REVISION as EXACT_REVISION
 from memory_core.exact import ExactIndex
@@ -41,7 +43,18 @@ from memory_core.ports import (
     VectorSearcher,
 )
 from memory_core.profile import MAX_BUDGET, MAX_QUERY_CHARS, MIN_BUDGET, RankingProfile
-from memory_core.recording import NullRecorder, RunFailure, RunRecorder, RunStart, RunTrace
+from memory_core.recording import (
+    ClearReport,
+    NullRecorder,
+    RunDetail,
+    RunFailure,
+    RunFilter,
+    RunPage,
+    RunRecorder,
+    RunStart,
+    RunStore,
+    RunTrace,
+)
 from memory_core.selection import Limits, select
 
 log = logging.getLogger(__name__)
@@ -175,11 +188,14 @@ class Engine:
     now: Callable[[], str]
     recorder: RunRecorder = attrs.field(factory=NullRecorder)
     profile: RankingProfile = attrs.field(factory=RankingProfile)
+    history: RunStore | None = None
     _open: dict[str, OpenGeneration] = attrs.field(factory=dict, init=False)
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
 
     # -- projects -------------------------------------------------------------------------
     def add_project(self, name: str, sources: Sequence[Source]) -> Project:
+        if not sources:
+            raise InvalidRequest("a project needs at least one source", project=name)
         project = Project(validate_project_id(name), tuple(sources), self.now())
         self.catalog.add_project(project)
         return project
@@ -197,6 +213,8 @@ class Engine:
             opened = self._open.pop(name, None)
         if opened is not None:
             opened.close()
+        if self.history is not None:
+            self.history.clear(name)  # its unpinned Runs; Cases and their pinned Runs stay
         self.catalog.remove_project(name)
         self.generations.remove_project(name)
 
@@ -287,11 +305,14 @@ class Engine:
             clock.total()
             self._record_failure(run_id, exc, clock, warm, opened)
             if isinstance(exc, ProjectNotIndexed):
-                exc.details["run_id"] = run_id
+                exc.details["run_id"] = run_id or None
                 raise
             code = exc.code if isinstance(exc, MemoryCoreError) else type(exc).__name__
             raise RetrievalFailed(
-                f"retrieval failed in stage {clock.stage}: {exc}", stage=clock.stage, error_code=code, run_id=run_id
+                f"retrieval failed in stage {clock.stage}: {exc}",
+                stage=clock.stage,
+                error_code=code,
+                run_id=run_id or None,
             ) from exc
         generation = opened.generation
         selected = [c for c in candidates if c.disposition == SELECTED]
@@ -362,6 +383,23 @@ class Engine:
         totals = select(final, limits, held)
         clock.end()
         return final, {"selected": totals.selected, "tokens": totals.tokens, "reused": totals.reused}
+
+    # -- Retrieval Runs -------------------------------------------------------------------
+    def _runs(self) -> RunStore:
+        if self.history is None:
+            raise StorageUnavailable("retrieval history is not enabled for this engine")
+        return self.history
+
+    def list_runs(self, run_filter: RunFilter | None = None, *, limit: int = 50, cursor: str | None = None) -> RunPage:
+        return self._runs().list_runs(run_filter or RunFilter(), limit=limit, cursor=cursor)
+
+    def get_run(self, run_id: str) -> RunDetail:
+        return self._runs().get_run(run_id)
+
+    def clear_runs(self, project_id: str | None = None) -> ClearReport:
+        if project_id is not None:
+            self.catalog.get_project(project_id)
+        return self._runs().clear(project_id)
 
     # -- recording (history never changes the agent's answer) -----------------------------
     def _record_start(self, run: RunStart) -> str | None:

@@ -53,6 +53,8 @@ def test_ordinary_words_and_bare_numbers_never_match() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(["the", "flow", "mach", "5", "wing", "rollback", "naming", "of", "a", "2", "postgres"])))
+@given(
+    st.lists(st.sampled_from(["the", "flow", "mach", "5", "wing", "rollback", "naming", "of", "a", "2", "postgres"]))
+)
 def test_plain_lowercase_prose_never_matches(words: list[str]) -> None:
     assert INDEX.search(" ".join(words)) == []
