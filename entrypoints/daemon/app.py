@@ -1,0 +1,125 @@
+"""The ASGI app: ``POST /v1/<method>`` from the dispatch table and ``GET /v1/openapi.json``.
+
+Every failure is the one envelope ``{"error": {"code", "message", "details"}}`` with the code's
+fixed status. Engine calls block, so they run in worker threads; the event loop only parses and
+writes JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from functools import partial
+from typing import Any
+
+import anyio.to_thread
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from memory_core.errors import InvalidRequest, MemoryCoreError
+
+from . import api, dispatch
+
+log = logging.getLogger("memory_core.daemon")
+JSON = "application/json"
+
+
+def _dumps(value: Any) -> bytes:
+    # default=str: error details may carry paths or other plain values.
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=str).encode()
+
+
+def json_response(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(_dumps(value), status_code=status, media_type=JSON, headers=headers)
+
+
+def error_response(exc: MemoryCoreError) -> Response:
+    headers = {"Allow": "POST"} if exc.code == "method_not_allowed" else None
+    error = api.ErrorEnvelope.of(exc).error
+    body = {"error": {"code": error.code, "message": error.message, "details": error.details}}
+    return json_response(body, api.status_for(exc.code), headers)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The body as JSON (an empty body is ``{}``), read no further than ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise InvalidRequest("Content-Length is not a number")
+        if int(declared) > limit:
+            raise api.RequestTooLarge(f"request body is larger than {limit} bytes", limit=limit)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:  # chunked bodies announce no length
+            raise api.RequestTooLarge(f"request body is larger than {limit} bytes", limit=limit)
+    if not body.strip():
+        return {}
+    try:
+        return json.loads(bytes(body), parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise api.InvalidJson(f"request body is not valid JSON: {exc}") from None
+
+
+def create_app(context: dispatch.Context, *, max_body_bytes: int = api.MAX_BODY_BYTES) -> Starlette:
+    """The daemon's app over an engine context (the caller owns and closes the engine)."""
+    converter = api.make_converter()
+    contract: dict[str, bytes] = {}
+
+    async def call(request: Request) -> Response:
+        started = time.perf_counter()
+        name = request.path_params["method"]
+        code = "ok"
+        try:
+            method = dispatch.lookup(name)
+            if request.method == "GET" and method.allow_get:
+                raw: Any = {}
+            elif request.method == "POST":
+                raw = await read_json(request, max_body_bytes)
+            else:
+                raise api.MethodNotAllowed(f"{request.method} is not allowed; use POST", method=request.method)
+            typed = api.structure(converter, raw, method.request)
+            result = await anyio.to_thread.run_sync(partial(context.call, method, typed))
+            response = json_response(api.unstructure(converter, result))
+        except MemoryCoreError as exc:
+            code = exc.code
+            response = error_response(exc)
+        except Exception:
+            log.exception("internal error in %s", name)
+            code = "internal_error"
+            response = error_response(MemoryCoreError("internal error; see the daemon log", method=name))
+        log.info(
+            "request",
+            extra={"fields": {"method": name, "status": response.status_code, "code": code,
+                              "ms": round((time.perf_counter() - started) * 1000, 3)}},
+        )
+        return response
+
+    async def openapi(_: Request) -> Response:
+        if "doc" not in contract:
+            from .openapi import build_document, render
+
+            contract["doc"] = render(build_document()).encode()
+        return Response(contract["doc"], media_type=JSON)
+
+    async def http_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 405:
+            return error_response(api.MethodNotAllowed("method not allowed"))
+        return error_response(api.NotFound("no such path; call POST /v1/<method>"))
+
+    return Starlette(
+        routes=[
+            Route("/v1/openapi.json", openapi, methods=["GET"]),
+            Route("/v1/{method}", call, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
+        ],
+        exception_handlers={HTTPException: http_error},
+    )

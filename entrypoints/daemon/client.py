@@ -1,0 +1,136 @@
+"""A typed Python client for the daemon over its Unix socket.
+
+Every answer is decoded into the same attrs values the engine returns; an error envelope is
+raised as the matching ``memory_core.errors`` exception (``ProjectNotFound``, ``InvalidQuery``…).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from memory_core.activation_state import ActivationState
+from memory_core.engine import ActivationResponse, ProjectInfo
+from memory_core.errors import MemoryCoreError
+from memory_core.indexing import IndexReport
+from memory_core.model import Source
+
+from . import api, dispatch, paths
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+class DaemonClient:
+    """One connection pool to one daemon. ``timeout`` bounds a whole call (``None``: no limit,
+    as indexing a large project may take minutes)."""
+
+    def __init__(self, socket_path: str | os.PathLike[str], *, timeout: float | None = None) -> None:
+        import httpx
+
+        self.socket_path = Path(socket_path)
+        self._httpx = httpx
+        self._http = httpx.Client(
+            transport=httpx.HTTPTransport(uds=str(self.socket_path)),
+            base_url="http://localhost",
+            timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_S),
+        )
+        self._converter = api.make_converter()
+
+    @classmethod
+    def for_home(cls, home: str | os.PathLike[str] | None = None, *, timeout: float | None = None) -> DaemonClient:
+        """A client for the daemon serving ``home`` (resolved as the CLI does)."""
+        from memory_core.adapters.home import resolve_home
+
+        return cls(paths.socket_path_for(resolve_home(home)), timeout=timeout)
+
+    @classmethod
+    def running(
+        cls, home: str | os.PathLike[str] | None = None, *, timeout: float | None = None
+    ) -> DaemonClient | None:
+        """A client when a daemon answers for ``home``, else ``None`` (use the engine directly)."""
+        client = cls.for_home(home, timeout=timeout)
+        if not client.socket_path.exists():
+            client.close()
+            return None
+        try:
+            client.runtime_status()
+        except api.DaemonUnavailable:
+            client.close()
+            return None
+        return client
+
+    # -- transport ---------------------------------------------------------------------------
+    def call(self, name: str, request: Any) -> Any:
+        """Call ``name`` with its typed request; return its typed response."""
+        method = dispatch.lookup(name)
+        if not isinstance(request, method.request):
+            raise TypeError(f"{name} takes {method.request.__name__}, not {type(request).__name__}")
+        payload = json.dumps(api.unstructure(self._converter, request), allow_nan=False).encode()
+        try:
+            reply = self._http.post(f"/v1/{name}", content=payload, headers={"content-type": "application/json"})
+        except self._httpx.TransportError as exc:
+            raise api.DaemonUnavailable(
+                f"no daemon answers on {str(self.socket_path)!r}: {exc}; start one with `memcore serve`",
+                socket=str(self.socket_path),
+            ) from exc
+        try:
+            body = reply.json()
+        except ValueError as exc:
+            raise MemoryCoreError(f"daemon answered {reply.status_code} with a body that is not JSON") from exc
+        if reply.status_code != 200:
+            raise _error_from(body, reply.status_code)
+        try:
+            return api.structure(self._converter, body, method.response)
+        except MemoryCoreError as exc:
+            raise MemoryCoreError(f"daemon response to {name} does not match {method.response.__name__}: "
+                                  f"{exc.message}", **exc.details) from exc
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> DaemonClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- typed methods (one per dispatch entry) ----------------------------------------------
+    def runtime_status(self) -> api.RuntimeStatus:
+        return self.call("runtime_status", api.RuntimeStatusRequest())  # type: ignore[no-any-return]
+
+    def add_project(self, project_id: str, sources: Sequence[Source]) -> ProjectInfo:
+        return self.call("add_project", api.AddProjectRequest(project_id, tuple(sources)))  # type: ignore[no-any-return]
+
+    def list_projects(self) -> list[ProjectInfo]:
+        return list(self.call("list_projects", api.ListProjectsRequest()).projects)
+
+    def show_project(self, project_id: str) -> ProjectInfo:
+        return self.call("show_project", api.ShowProjectRequest(project_id))  # type: ignore[no-any-return]
+
+    def remove_project(self, project_id: str) -> None:
+        self.call("remove_project", api.RemoveProjectRequest(project_id))
+
+    def index_project(self, project_id: str, *, force: bool = False) -> IndexReport:
+        return self.call("index_project", api.IndexProjectRequest(project_id, force))  # type: ignore[no-any-return]
+
+    def activate_memory(
+        self,
+        project_id: str,
+        query: str,
+        *,
+        budget: int | None = None,
+        activation_state: ActivationState | None = None,
+    ) -> ActivationResponse:
+        request = api.ActivateMemoryRequest(project_id, query, budget, activation_state)
+        return self.call("activate_memory", request)  # type: ignore[no-any-return]
+
+
+def _error_from(body: Any, status: int) -> MemoryCoreError:
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict) or not isinstance(error.get("code"), str):
+        return MemoryCoreError(f"daemon answered {status} without an error envelope", status=status)
+    details = error.get("details")
+    return api.exception_for(error["code"], str(error.get("message", "")), details if isinstance(details, dict) else {})

@@ -1,0 +1,251 @@
+"""``serve(home, socket_path)``: one daemon per home, on a Unix socket, with the engine warm.
+
+Start-up: prepare the home, take ``<home>/run/daemon.lock`` (a second daemon refuses, naming the
+first one's pid), bind the socket ourselves (0600, in a 0700 directory: uvicorn would chmod its
+own socket 0666), build the engine once and serve until SIGTERM or SIGINT. Shutdown stops
+accepting, lets in-flight requests finish, closes the engine and removes the socket. Logs are
+JSON lines on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import stat
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from memory_core.engine import Engine
+from memory_core.errors import MemoryCoreError, StorageUnavailable
+
+from . import api, paths
+from .dispatch import Context
+
+log = logging.getLogger("memory_core.daemon")
+BACKLOG = 128
+
+
+# -- logs -------------------------------------------------------------------------------------
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, message, the record's ``fields``, exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            out.update(fields)
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+def configure_logging(level: str = "info") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+# -- one daemon per home ----------------------------------------------------------------------
+class DaemonLock:
+    """An exclusive ``flock`` on ``<home>/run/daemon.lock``, released when the process ends
+    (even on SIGKILL), so a stale file never blocks a new daemon."""
+
+    def __init__(self, home: Path) -> None:
+        self.path = paths.lock_path(home)
+        self._fd: int | None = None
+
+    def acquire(self, home: Path) -> None:
+        paths.ensure_private_dir(self.path.parent)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            info = paths.read_info(home)
+            pid = info.pid if info else None
+            where = f" on {info.socket}" if info else ""
+            raise api.DaemonAlreadyRunning(
+                f"a memcore daemon is already running for home {str(home)!r} (pid {pid}){where}",
+                pid=pid,
+                socket=info.socket if info else None,
+            ) from None
+        self._fd = fd
+
+    def record(self, info: paths.DaemonInfo) -> None:
+        assert self._fd is not None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, info.to_json().encode(), 0)
+        os.fsync(self._fd)
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        # Emptied, not removed: unlinking a lock file races with a daemon opening it.
+        os.ftruncate(self._fd, 0)
+        os.close(self._fd)
+        self._fd = None
+
+
+# -- the socket -------------------------------------------------------------------------------
+def _answers(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(os.fspath(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def bind_socket(path: Path, *, private_parent: bool) -> socket.socket:
+    """A listening socket at ``path``, mode 0600; a stale socket file is replaced, a live one
+    (another home's daemon on a shared ``--socket``) is not."""
+    if private_parent:
+        paths.ensure_private_dir(path.parent)
+    elif stat.S_IMODE(os.stat(path.parent).st_mode) & 0o077:
+        # An existing directory the user chose: not ours to chmod; the socket itself is 0600.
+        log.warning("socket directory is open to other users", extra={"fields": {"dir": str(path.parent)}})
+    if os.path.lexists(path):
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            raise StorageUnavailable(f"{str(path)!r} exists and is not a socket", path=str(path))
+        if _answers(path):
+            raise api.DaemonAlreadyRunning(f"another daemon already answers on {str(path)!r}", socket=str(path))
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)  # the socket is born 0600: no window where others may connect
+    try:
+        sock.bind(os.fspath(path))
+    except OSError as exc:
+        sock.close()
+        raise StorageUnavailable(f"cannot bind {str(path)!r}: {exc.strerror or exc}", path=str(path)) from exc
+    finally:
+        os.umask(old)
+    os.chmod(path, paths.SOCKET_MODE)
+    sock.listen(BACKLOG)
+    return sock
+
+
+def _remove_socket(path: Path, inode: int) -> None:
+    try:
+        if os.lstat(path).st_ino == inode:  # never remove a socket another daemon bound since
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _warm(context: Context) -> None:
+    """Load the embedding model before the first query when some project can be queried."""
+    engine = context.engine
+    try:
+        with context.engine_lock:  # the catalog is used from one thread at a time
+            queryable = any(info.generation is not None for info in engine.list_projects())
+        if queryable:
+            engine.embedder.embed_query("warm-up")  # the embedder has its own load lock
+            log.info("warm", extra={"fields": {"embedder": engine.embedder.revision}})
+    except Exception:
+        log.exception("warm-up failed; the first query will load the model")
+
+
+# -- serve ------------------------------------------------------------------------------------
+def serve(
+    home: str | os.PathLike[str] | None = None,
+    socket_path: str | os.PathLike[str] | None = None,
+    *,
+    engine_factory: Callable[[Path], Engine] | None = None,
+    warm: bool = True,
+) -> int:
+    """Run the daemon for ``home`` until SIGTERM/SIGINT; returns the exit status (0)."""
+    import uvicorn
+
+    from memory_core.adapters.home import prepare_home, resolve_home
+
+    from .app import create_app
+
+    root = prepare_home(resolve_home(home))
+    lock = DaemonLock(root)
+    lock.acquire(root)
+    sock: socket.socket | None = None
+    inode: int | None = None
+    engine: Engine | None = None
+    handlers: dict[int, Any] = {}
+    path = Path(socket_path).absolute() if socket_path else paths.default_socket_path(root)
+    try:
+        sock = bind_socket(path, private_parent=socket_path is None or not path.parent.exists())
+        inode = os.lstat(path).st_ino
+        if engine_factory is None:
+            from memory_core.entrypoints.bootstrap import bootstrap
+
+            engine = bootstrap(root)
+        else:
+            engine = engine_factory(root)
+        started_at = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+        context = Context(engine=engine, home=str(root), socket=str(path), started_at=started_at)
+        lock.record(paths.DaemonInfo(os.getpid(), str(path), started_at))
+        if warm:
+            threading.Thread(target=_warm, args=(context,), name="warm-up", daemon=True).start()
+        config = uvicorn.Config(
+            create_app(context),
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=None,  # SIGTERM lets every in-flight request finish
+            server_header=False,
+        )
+        server = uvicorn.Server(config)
+        # uvicorn re-raises the signal it caught once it has shut down; with a default handler
+        # that would kill us before the engine closes, so the outer handlers only note it.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            handlers[sig] = signal.signal(sig, lambda *_: None)
+        log.info("serving", extra={"fields": {"home": str(root), "socket": str(path), "pid": os.getpid()}})
+        server.run(sockets=[sock])
+        return 0
+    finally:
+        if engine is not None:
+            engine.close()
+        if sock is not None:
+            sock.close()
+        if inode is not None:
+            _remove_socket(path, inode)
+        lock.release()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        log.info("stopped", extra={"fields": {"socket": str(path)}})
+
+
+# -- command line -----------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memcore-daemon", description="Run the memory-core daemon.")
+    parser.add_argument("--home", help="data directory (default: $MEMORY_CORE_HOME or the user data dir)")
+    parser.add_argument("--socket", help="socket path (default: <home>/run/memcore.sock)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--no-warm", action="store_true", help="do not load the model before the first query")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level)
+    try:
+        return serve(args.home, args.socket, warm=not args.no_warm)
+    except MemoryCoreError as exc:
+        details = f" {json.dumps(exc.details, default=str)}" if exc.details else ""
+        print(f"error[{exc.code}]: {exc.message}{details}", file=sys.stderr)
+        return 1
