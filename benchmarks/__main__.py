@@ -33,11 +33,10 @@ def main() -> int:
         module.run(quick=args.quick)
     sections = [HEADER]
     for name in MODULES:
-        result = read_result(name)
-        if result is None:
-            continue
         module = importlib.import_module(f"benchmarks.{name}")
-        sections.append(module.render(result))
+        result = read_result(module.NAME)
+        if result is not None:
+            sections.append(module.render(result))
     (ROOT / "docs" / "performance.md").write_text("\n".join(sections))
     print("wrote docs/performance.md")
     return 0
