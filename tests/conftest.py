@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,23 +11,23 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CRANFIELD = ROOT.parent / "shared" / "data" / "cranfield"
 
+CRANFIELD_PROJECT = "cranfield"
+
 os.umask(0o077)
 
 
 def write_cranfield_markdown(target: Path) -> Path:
-    """One markdown resource per Cranfield document: ``<id>.md`` with the title as H1."""
-    target.mkdir(parents=True, exist_ok=True)
-    with (CRANFIELD / "corpus.jsonl").open(encoding="utf-8") as lines:
-        for line in lines:
-            doc = json.loads(line)
-            title = " ".join(doc["title"].split()) or f"Document {doc['_id']}"
-            (target / f"{doc['_id']}.md").write_text(f"# {title}\n\n{doc['text'].strip()}\n", encoding="utf-8")
+    """One markdown resource per Cranfield document, ``<id>.md`` with the title as H1: the same
+    files the quality benchmark indexes (benchmarks/cranfield_quality.py)."""
+    from benchmarks.cranfield_quality import Cranfield
+
+    Cranfield.load().write_memory(target)
     return target
 
 
 @pytest.fixture(scope="session")
 def cranfield_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
-    """(home, source folder) with project ``cran`` indexed by the real adapters."""
+    """(home, source folder) with project ``cranfield`` indexed by the real adapters."""
     from memory_core.entrypoints.bootstrap import bootstrap
     from memory_core.model import Source
 
@@ -36,8 +35,8 @@ def cranfield_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[P
     source = write_cranfield_markdown(base / "memory")
     home = base / "home"
     engine = bootstrap(home)
-    engine.add_project("cran", [Source(str(source))])
-    engine.index("cran")
+    engine.add_project(CRANFIELD_PROJECT, [Source(str(source))])
+    engine.index(CRANFIELD_PROJECT)
     engine.close()
     yield home, source
 

@@ -68,31 +68,33 @@ def test_unindexed_and_bad_activation_input(tmp_path: Path) -> None:
 
 def test_cranfield_index_no_op_incremental_and_activate(cranfield_home, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     home, source = cranfield_home
-    shown = json.loads(memcore(home, "project", "show", "cran", "--json").stdout)
+    shown = json.loads(memcore(home, "project", "show", "cranfield", "--json").stdout)
     assert shown["generation"]["resource_count"] == 1400
-    again = json.loads(memcore(home, "index", "cran", "--json").stdout)
+    again = json.loads(memcore(home, "index", "cranfield", "--json").stdout)
     assert again["status"] == "unchanged"
 
     doc = source / "12.md"
     original = doc.read_text()
     try:
         doc.write_text(original + "\nA note added by a reviewer about boundary layers.\n")
-        changed = json.loads(memcore(home, "index", "cran", "--json").stdout)
+        changed = json.loads(memcore(home, "index", "cranfield", "--json").stdout)
         assert changed["status"] == "built"
         # Only the changed file's units were embedded again.
         assert 1 <= changed["embedded"] <= 3 and changed["reused_embeddings"] >= changed["units"] - 3
 
         out = json.loads(
-            memcore(home, "activate", "cran", "boundary layer transition on a flat plate", "--json").stdout
+            memcore(home, "activate", "cranfield", "boundary layer transition on a flat plate", "--json").stdout
         )
         response, candidates = out["response"], out["candidates"]
         assert response["fragments"] and response["totals"]["tokens"] <= response["totals"]["budget"]
         selected = [c["unit_id"] for c in candidates if c["disposition"] == "selected"]
         assert selected == [f["unit_id"] for f in response["fragments"]]
-        table = memcore(home, "activate", "cran", "boundary layer transition", "--rows", "5").stdout
+        table = memcore(home, "activate", "cranfield", "boundary layer transition", "--rows", "5").stdout
         assert "rrf" in table and "selected" in table
     finally:
         doc.write_text(original)
+        # Leave the shared project as the other tests expect it (the old generation is reused).
+        memcore(home, "index", "cranfield")
 
 
 def test_demo_shows_replace_and_reuse(tmp_path: Path) -> None:

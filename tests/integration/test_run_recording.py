@@ -51,7 +51,7 @@ WORDS = [
 def test_returned_fragments_equal_the_stored_selected_candidates(cranfield_engine, words, budget, held_picks):  # type: ignore[no-untyped-def]
     engine = cranfield_engine
     query = " ".join(words)
-    probe = engine.activate("cran", query).candidates
+    probe = engine.activate("cranfield", query).candidates
     held: dict[str, HeldUnit] = {}
     for index, same in held_picks:
         if index < len(probe):
@@ -60,7 +60,7 @@ def test_returned_fragments_equal_the_stored_selected_candidates(cranfield_engin
     state = ActivationState.from_json(
         {"units": [{"unit_id": h.unit_id, "unit_hash": h.unit_hash} for h in held.values()]}
     )
-    response = engine.activate("cran", query, budget=budget, state=state).response
+    response = engine.activate("cranfield", query, budget=budget, state=state).response
     stored = engine.get_run(response.run_id)
     assert stored.summary.status == "succeeded"
     assert stored.summary.state_fingerprint == state.fingerprint

@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from benchmarks.cranfield_quality import (
     BARE_NUMBER_QUERIES,
     DEFAULT_PROFILE,
+    EVAL_PROFILE,
     PROJECT,
     Cranfield,
     TrecEval,
     activate_all,
-    build_engine,
     cross_check,
     evaluate_variants,
     exact_matches,
@@ -57,18 +57,20 @@ class Measured:
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Measured]:
+def measured(cranfield_engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Measured]:  # type: ignore[no-untyped-def]
+    # The session's Cranfield project (tests/conftest.py) is the benchmark's: same files, same id.
     cranfield = Cranfield.load()
     root = tmp_path_factory.mktemp("cranfield")
-    cranfield.write_memory(root / "memory")
-    engine, _ = build_engine(root / "home", root / "memory")
+    engine = cranfield_engine
+    shared_profile = engine.profile
     try:
+        engine.profile = EVAL_PROFILE
         evaluation = activate_all(engine, cranfield.queries, warmup=0)
         engine.profile = DEFAULT_PROFILE
         shipped = activate_all(engine, cranfield.queries, warmup=0)
         probes = {text: engine.activate(PROJECT, text) for text in BARE_NUMBER_QUERIES}
     finally:
-        engine.close()
+        engine.profile = shared_profile
     trec = TrecEval(cranfield.qrels)
     yield Measured(
         cranfield=cranfield,
