@@ -22,11 +22,17 @@ Markdown (``text/markdown``, ``text/x-markdown``):
 
 Plain text (every other media type): one unit per paragraph (blank-line separated).
 
-A section or paragraph over ``max_tokens`` is packed greedily from its paragraphs (fenced
-code kept whole), then sentences, then lines, then whitespace-separated words and, last,
-characters (never inside a combining sequence when avoidable), so every unit fits unless one
-character alone does not. A split-off tail may join the segments after it. Units with fewer
-than ``min_chars`` visible characters fold into a neighbour when the result fits.
+A section or paragraph over ``max_tokens`` is packed greedily into units as full as possible.
+It is cut at paragraphs (fenced code kept whole) first, then list items and table rows, then
+sentences (not at a period inside inline code or after a list number), then lines, then
+whitespace-separated words and, last, characters (never inside a combining sequence when
+avoidable), so every unit fits unless one character alone does not. A paragraph that does
+not fit in the current unit fills it with its leading items, sentences or lines (the first
+of these that splits it) before a new unit starts. A segment cut at words or characters
+anyway fills the current unit when that is under half full. A unit holding only heading
+lines is never closed while a piece of its body can join it (the one exception: a fenced
+block that fits whole on its own but not after the heading). Units with fewer than
+``min_chars`` visible characters fold into a neighbour when the result fits.
 
 Line endings may be ``\n``, ``\r\n`` or ``\r``; offsets count every code point, ``\r`` included.
 """
@@ -43,7 +49,7 @@ from memory_core.model import Unit, unit_hash_of, unit_id_for
 from memory_core.ports import TokenCounter
 
 PARSER_REVISION = "md-parser-v1"
-CHUNKER_REVISION = "md-units-v1"
+CHUNKER_REVISION = "md-units-v2"
 
 MARKDOWN_MEDIA_TYPES = frozenset({"text/markdown", "text/x-markdown"})
 
@@ -61,6 +67,9 @@ _NOT_PARAGRAPH = re.compile(r" {0,3}(?:[-+*][ \t]|\d{1,9}[.)][ \t]|>)| {4}|\t")
 # or at a CJK full stop, which needs no space after it.
 _SENTENCE_END = re.compile(r"[.!?\u2026]+[)\]\"'\u2019\u201d\u00bb]*\s+|[\u3002\uff01\uff1f]+[\u300d\u300f)]*\s*")
 _WHITESPACE = re.compile(r"\s+")
+_BACKTICKS = re.compile(r"`+")
+# A line that starts a list item (bullet or number, any indent) or a table row.
+_ITEM_START = re.compile(r"[ \t]*(?:[-+*]|\d{1,9}[.)])[ \t]| {0,3}\|")
 _ZWJ = "\u200d"
 
 
@@ -209,9 +218,8 @@ def _blocks(text: str, start: int, end: int, *, fences: bool) -> list[Span]:
     return [s for b in out if (s := _trim(text, *b)) is not None]
 
 
-def _cut(text: str, start: int, end: int, pattern: re.Pattern[str]) -> list[Span]:
-    """Trimmed, non-empty pieces of ``[start, end)`` cut after each match of ``pattern``."""
-    cuts = [m.end() for m in pattern.finditer(text, start, end)]
+def _cut_at(text: str, start: int, end: int, cuts: list[int]) -> list[Span]:
+    """Trimmed, non-empty pieces of ``[start, end)`` cut at each position in ``cuts``."""
     out: list[Span] = []
     prev = start
     for c in [*cuts, end]:
@@ -221,8 +229,41 @@ def _cut(text: str, start: int, end: int, pattern: re.Pattern[str]) -> list[Span
     return out
 
 
+def _cut(text: str, start: int, end: int, pattern: re.Pattern[str]) -> list[Span]:
+    """Trimmed, non-empty pieces of ``[start, end)`` cut after each match of ``pattern``."""
+    return _cut_at(text, start, end, [m.end() for m in pattern.finditer(text, start, end)])
+
+
+def _items(text: str, start: int, end: int) -> list[Span]:
+    """List items and table rows: cut before each line that starts one."""
+    cuts = [a for a, b, _ in _lines(text, start, end) if a > start and _ITEM_START.match(text, a, b)]
+    return _cut_at(text, start, end, cuts)
+
+
 def _sentences(text: str, start: int, end: int) -> list[Span]:
-    return _cut(text, start, end, _SENTENCE_END)
+    cuts: list[int] = []
+    pos, in_code = start, False
+    for m in _SENTENCE_END.finditer(text, start, end):
+        # Inline code (an odd number of backtick runs so far) and "4." list numbers hold
+        # periods that end no sentence.
+        in_code ^= len(_BACKTICKS.findall(text, pos, m.start())) % 2 == 1
+        pos = m.start()
+        if not in_code and not _is_list_number(text, start, m.start()):
+            cuts.append(m.end())
+    return _cut_at(text, start, end, cuts)
+
+
+def _is_list_number(text: str, start: int, i: int) -> bool:
+    """True when ``text[i]`` follows a line start, up to three spaces and 1-9 digits."""
+    j = i
+    while j > start and i - j < 9 and text[j - 1].isdigit():
+        j -= 1
+    if j == i:
+        return False
+    k = j
+    while k > start and j - k < 3 and text[k - 1] in " \t":
+        k -= 1
+    return k == start or text[k - 1] in "\r\n"
 
 
 def _line_pieces(text: str, start: int, end: int) -> list[Span]:
@@ -233,9 +274,21 @@ def _words(text: str, start: int, end: int) -> list[Span]:
     return _cut(text, start, end, _WHITESPACE)
 
 
-_Splitter = Callable[[str, int, int], list[Span]]
-# Finer and finer ways to split a span that is over the token limit.
-_REFINERS: tuple[_Splitter, ...] = (_sentences, _line_pieces, _words)
+def _clusters(text: str, start: int, end: int) -> list[Span]:
+    """Code points with the combining marks and emoji sequences that continue them."""
+    out: list[Span] = []
+    for i in range(start, end):
+        if text[i].isspace():
+            continue
+        if out and out[-1][1] == i and _joins_previous(text, i):
+            out[-1] = (out[-1][0], i + 1)
+        else:
+            out.append((i, i + 1))
+    return out
+
+
+def _code_points(text: str, start: int, end: int) -> list[Span]:
+    return [(i, i + 1) for i in range(start, end) if not text[i].isspace()]
 
 
 def _joins_previous(text: str, i: int) -> bool:
@@ -247,6 +300,37 @@ def _joins_previous(text: str, i: int) -> bool:
         return True
     cp = ord(c)
     return 0xFE00 <= cp <= 0xFE0F or 0x1F3FB <= cp <= 0x1F3FF or 0xE0020 <= cp <= 0xE007F
+
+
+def _has_fence(text: str, start: int, end: int) -> bool:
+    fence = _Fence()
+    return any(fence.feed(text[a:b]) for a, b, _ in _lines(text, start, end))
+
+
+_Splitter = Callable[[str, int, int], list[Span]]
+# Finer and finer ways to split a span that is over the token limit; code points only cut a
+# combining sequence that is over the limit by itself.
+_REFINERS: tuple[_Splitter, ...] = (_items, _sentences, _line_pieces, _words, _clusters, _code_points)
+# Refiners below this index cut at boundaries good enough to end a unit early on: a paragraph
+# that fits alone may still be cut there (items, sentences, lines) to fill the unit before it.
+_SOFT_LEVELS = 3
+
+
+class _Run:
+    """Units packed so far and the open unit that the next segments may still extend."""
+
+    def __init__(self, heading_end: int) -> None:
+        self.out: list[Span] = []
+        self.open: Span | None = None
+        self.heading_end = heading_end  # an open unit ending here or before holds only headings
+
+    def heading_only(self) -> bool:
+        return self.open is not None and self.open[1] <= self.heading_end
+
+    def flush(self) -> None:
+        if self.open is not None:
+            self.out.append(self.open)
+            self.open = None
 
 
 def _largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int:
@@ -311,7 +395,7 @@ class MarkdownChunker:
             return self._markdown(text)
         pieces: list[Span] = []
         for a, b in _blocks(text, 0, len(text), fences=False):
-            pieces.extend(self._fit(text, a, b, 0))
+            pieces.extend(self._fit(text, a, b))
         return [(s, e, ()) for s, e in self._merge_small(text, pieces)]
 
     def _markdown(self, text: str) -> list[tuple[int, int, tuple[str, ...]]]:
@@ -325,9 +409,11 @@ class MarkdownChunker:
             if bare and nxt is not None and nxt.level > sec.level:
                 continue
             # Whole lines from the section start, so fence tracking matches the parser's.
-            pieces = self._pack_blocks(text, _blocks(text, group[0].start, sec.end, fences=True))
-            # A piece takes the path of the section its last character is in: only when a
-            # merged group is split does a parent heading end up in a piece of its own.
+            heading_end = sec.body_start if sec.level > 0 else sec.start
+            blocks = _blocks(text, group[0].start, sec.end, fences=True)
+            pieces = self._pack_blocks(text, blocks, heading_end)
+            # A piece takes the path of the section its last character is in; headings stay
+            # with their body, so a parent heading is alone only when the headings fill a unit.
             for s, e in self._merge_small(text, pieces):
                 owner = next(g for g in reversed(group) if g.start < e)
                 out.append((s, e, owner.heading_path))
@@ -341,75 +427,74 @@ class MarkdownChunker:
         """Largest ``k >= lo`` with ``text[start:ends[k]]`` fitting, given that ``ends[lo]`` fits."""
         return _largest(lo, len(ends) - 1, lambda k: self._fits(text, start, ends[k]))
 
-    def _pack_blocks(self, text: str, blocks: list[Span]) -> list[Span]:
+    def _pack_blocks(self, text: str, blocks: list[Span], heading_end: int) -> list[Span]:
         if not blocks:
             return []
         if self._fits(text, blocks[0][0], blocks[-1][1]):
             return [(blocks[0][0], blocks[-1][1])]
-        return self._pack(text, blocks, 0)
+        run = _Run(heading_end)
+        self._feed(run, text, blocks, 0, blocks=True)
+        run.flush()
+        return run.out
 
-    def _fit(self, text: str, start: int, end: int, level: int) -> list[Span]:
-        """Split a trimmed span into pieces that fit, refining from ``_REFINERS[level]`` on."""
-        if self._fits(text, start, end):
-            return [(start, end)]
-        if level >= len(_REFINERS):
-            return self._hard_split(text, start, end)
-        segments = _REFINERS[level](text, start, end)
-        if len(segments) <= 1:
-            return self._fit(text, start, end, level + 1)
-        return self._pack(text, segments, level + 1)
+    def _fit(self, text: str, start: int, end: int) -> list[Span]:
+        """Split a trimmed span into the fullest pieces that fit."""
+        run = _Run(start)
+        self._feed(run, text, [(start, end)], 0, blocks=False)
+        run.flush()
+        return run.out
 
-    def _pack(self, text: str, segments: list[Span], refine_level: int) -> list[Span]:
-        """Greedily join consecutive segments into the longest spans that fit. A segment too big
-        alone is refined from ``_REFINERS[refine_level]`` on; its last piece may then join the
-        segments after it."""
-        out: list[Span] = []
+    def _refine(self, text: str, start: int, end: int, level: int) -> tuple[list[Span], int] | None:
+        """The pieces of the first refiner from ``level`` on that splits the span, and its level."""
+        for lvl in range(level, len(_REFINERS)):
+            pieces = _REFINERS[lvl](text, start, end)
+            if len(pieces) > 1:
+                return pieces, lvl
+        return None
+
+    def _hungry(self, text: str, run: _Run) -> bool:
+        return run.open is not None and 2 * self.token_counter.count(text[run.open[0] : run.open[1]]) < self.max_tokens
+
+    def _feed(self, run: _Run, text: str, segments: list[Span], level: int, *, blocks: bool) -> None:
+        """Greedily extend the open unit with consecutive segments. A segment that does not fit
+        is refined from ``_REFINERS[level]`` on and its pieces fill the open unit when cutting
+        there beats closing the unit first; ``blocks`` marks a section's paragraphs."""
         ends = [e for _, e in segments]
-        start: int | None = None  # start of a refined segment's last piece, still open
         i = 0
         while i < len(segments):
-            if start is not None and self._fits(text, start, ends[i]):
-                j = self._longest(text, start, ends, i)
-                out.append((start, ends[j]))
-                start, i = None, j + 1
-                continue
-            if start is not None:
-                out.append((start, ends[i - 1]))
-                start = None
             a, b = segments[i]
-            if self._fits(text, a, b):
-                j = self._longest(text, a, ends, i)
-                out.append((a, ends[j]))
+            s = a if run.open is None else run.open[0]
+            if self._fits(text, s, b):
+                j = self._longest(text, s, ends, i)
+                run.open = (s, ends[j])
                 i = j + 1
                 continue
-            pieces = self._fit(text, a, b, refine_level)
-            out.extend(pieces[:-1])
-            start = pieces[-1][0]
+            if run.open is not None and self._fits(text, a, b):
+                # Whole on its own: cut it only to fill the unit at a sentence or line, or to
+                # keep a heading with its body; a fenced block is never cut.
+                refined = None
+                if not (blocks and _has_fence(text, a, b)):
+                    refined = self._refine(text, a, b, level)
+                if refined is not None and (run.heading_only() or (blocks and refined[1] < _SOFT_LEVELS)):
+                    self._feed(run, text, refined[0], refined[1] + 1, blocks=False)
+                    i += 1
+                else:
+                    run.flush()  # the segment starts the next unit on the next pass
+                continue
+            # Over the limit alone, so it is cut anyway: its first pieces join the open unit
+            # unless the unit is well filled and the cut would be finer than a line.
+            refined = self._refine(text, a, b, level)
+            if refined is None:
+                run.flush()
+                run.out.append((a, b))  # one code point over the limit: a unit of its own
+                i += 1
+                continue
+            pieces, lvl = refined
+            soft = blocks and lvl < _SOFT_LEVELS and not _has_fence(text, a, b)
+            if not (soft or run.heading_only() or self._hungry(text, run)):
+                run.flush()
+            self._feed(run, text, pieces, lvl + 1, blocks=False)
             i += 1
-        if start is not None:
-            out.append((start, ends[-1]))
-        return out
-
-    def _hard_split(self, text: str, start: int, end: int) -> list[Span]:
-        """Last resort: cut a whitespace-free run into the longest prefixes that fit."""
-        out: list[Span] = []
-        pos = start
-        while pos < end:
-            a = pos
-            cut = a + 1
-            if self._fits(text, a, cut):
-                cut = self._longest(text, a, range(end + 1), cut)
-            if cut < end:
-                # Keep combining marks and emoji sequences whole when that leaves something.
-                back = cut
-                while back > a + 1 and _joins_previous(text, back):
-                    back -= 1
-                if not _joins_previous(text, back):
-                    cut = back
-            if (s := _trim(text, a, cut)) is not None:
-                out.append(s)
-            pos = cut
-        return out
 
     def _merge_small(self, text: str, pieces: list[Span]) -> list[Span]:
         """Fold pieces with fewer than ``min_chars`` visible characters into a neighbour when the

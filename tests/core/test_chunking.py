@@ -4,6 +4,7 @@ coverage, token limits and identities."""
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_core.chunking import MarkdownChunker, is_markdown, markdown_sections
+from memory_core.chunking import CHUNKER_REVISION, MarkdownChunker, is_markdown, markdown_sections
 from memory_core.model import Unit, unit_hash_of, unit_id_for
 from memory_core.ports import Chunker, TokenCounter
 
@@ -239,13 +240,93 @@ def test_lines_split_before_words() -> None:
     assert [u.text for u in units] == ["- one two\n- three four", "- five six\n- seven eight"]
 
 
+def numbered_sentences(count: int, words: int = 5) -> str:
+    """``count`` sentences of ``words`` words each, e.g. ``Sentence 3 says w w.``."""
+    return " ".join(f"Sentence {k} says {' '.join(['w'] * (words - 3))}." for k in range(count))
+
+
+def test_heading_is_packed_with_the_first_sentences_of_a_long_paragraph() -> None:
+    text = "# Title\n\n" + numbered_sentences(30)
+    units = chunk(text, max_tokens=32)
+    assert len(units) > 1
+    # 2 heading tokens + 6 sentences of 5 words: the first sentences join the heading.
+    assert units[0].text == "# Title\n\n" + numbered_sentences(6)
+    assert all(u.heading_path == ("Title",) and u.token_count <= 32 for u in units)
+    assert all(u.text.endswith(".") for u in units)  # cut at sentence ends only
+    assert_invariants(text, units)
+
+
+def test_bare_parent_and_child_heading_stay_with_the_body() -> None:
+    text = "# Parent\n\n## Child\n\n" + numbered_sentences(30)
+    units = chunk(text, max_tokens=32, counter=SubwordCounter())
+    assert units[0].text.startswith("# Parent\n\n## Child\n\nSentence 0 says")
+    assert all(u.heading_path == ("Parent", "Child") and u.token_count <= 32 for u in units)
+    assert_invariants(text, units)
+
+
+def test_heading_keeps_the_first_words_of_an_overlong_sentence() -> None:
+    sentence = " ".join(f"w{k}" for k in range(50)) + "."
+    for text in (f"# Title\n\n{sentence}", f"# Title\n{sentence}", f"Title\n===\n\n{sentence}"):
+        units = chunk(text, max_tokens=20)
+        heading = text[: text.index("w0")]
+        assert units[0].text == heading + " ".join(f"w{k}" for k in range(18)), text
+        assert_invariants(text, units)
+
+
+def test_paragraph_fills_the_unit_before_it_with_whole_sentences() -> None:
+    text = "## S\n\nalpha beta.\n\none two three. four five six. seven eight nine."
+    units = chunk(text, max_tokens=10)
+    assert [u.text for u in units] == [
+        "## S\n\nalpha beta.\n\none two three. four five six.",
+        "seven eight nine.",
+    ]
+
+
+def test_long_paragraph_of_short_sentences_gives_full_units() -> None:
+    text = "# Notes\n\n" + "\n\n".join(numbered_sentences(n, words=3 + n % 4) for n in (25, 7, 40, 3))
+    for max_tokens in (12, 17, 30, 64):
+        units = chunk(text, max_tokens=max_tokens)
+        assert all(2 * u.token_count >= max_tokens for u in units[:-1]), max_tokens
+        assert all(u.token_count <= max_tokens for u in units)
+        assert_invariants(text, units)
+
+
+def test_list_items_and_table_rows_split_before_sentences() -> None:
+    text = "## L\n\n- Alpha one. Beta two three.\n- Gamma four. Delta five six.\n- Eps seven."
+    assert [u.text for u in chunk(text, max_tokens=10)] == [
+        "## L\n\n- Alpha one. Beta two three.",
+        "- Gamma four. Delta five six.\n- Eps seven.",
+    ]
+    table = "| k | v |\n|---|---|\n| a. b | c |\n| d | e. f |"
+    units = chunk(table, max_tokens=12)
+    assert [u.text for u in units] == ["| k | v |\n|---|---|\n| a. b | c |", "| d | e. f |"]
+
+
+def test_periods_in_inline_code_and_list_numbers_end_no_sentence() -> None:
+    assert [u.text for u in chunk("Run `make x. y` now. Then go.", TXT, max_tokens=5)] == [
+        "Run `make x. y` now.",
+        "Then go.",
+    ]
+    assert [u.text for u in chunk("4. Restart the pod now please.", TXT, max_tokens=3)] == [
+        "4. Restart the",
+        "pod now please.",
+    ]
+
+
+def test_fence_that_fits_alone_is_not_cut_to_join_its_heading() -> None:
+    fence = "```\na b c\n\nd e f\n```"
+    units = chunk(f"# T\n\n{fence}\n\nafter.", max_tokens=8)
+    assert [u.text for u in units] == ["# T", fence, "after."]
+
+
 def test_huge_word_is_split_by_characters() -> None:
     word = "x" * 103
     units = chunk(f"# W\n\n{word}", max_tokens=5, counter=SubwordCounter())
     assert all(u.token_count <= 5 for u in units)
-    assert units[0].text == "# W"
-    assert "".join(u.text for u in units[1:]) == word
-    assert [len(u.text) for u in units[1:]] == [20] * 5 + [3]
+    # The heading keeps the first characters of its body rather than standing alone.
+    assert units[0].text == "# W\n\n" + "x" * 12
+    assert "".join(u.text for u in units[1:]) == "x" * 91
+    assert [len(u.text) for u in units[1:]] == [20] * 4 + [11]
     assert_invariants(f"# W\n\n{word}", units)
 
 
@@ -321,6 +402,7 @@ def test_min_chars_folds_tiny_units_into_a_neighbour() -> None:
 def test_revisions_and_port() -> None:
     chunker: Chunker = MarkdownChunker(WordCounter(), max_tokens=128)
     assert chunker.parser_revision == "md-parser-v1"
+    assert chunker.revision.startswith(f"{CHUNKER_REVISION}+") and CHUNKER_REVISION == "md-units-v2"
     assert "128" in chunker.revision and WordCounter.revision in chunker.revision
     others = {
         MarkdownChunker(WordCounter(), max_tokens=64).revision,
@@ -391,9 +473,9 @@ def sentences(draw: st.DrawFn) -> str:
 
 
 @st.composite
-def paragraphs(draw: st.DrawFn) -> str:
+def paragraphs(draw: st.DrawFn, max_sentences: int = 6) -> str:
     joiner = draw(st.sampled_from([" ", "\n"]))
-    return joiner.join(draw(st.lists(sentences(), min_size=1, max_size=6)))
+    return joiner.join(draw(st.lists(sentences(), min_size=1, max_size=max_sentences)))
 
 
 @st.composite
@@ -419,7 +501,7 @@ def markdown_docs(draw: st.DrawFn) -> tuple[str, list[tuple[int, int, str]]]:
         offset += len(piece)
 
     for i in range(draw(st.integers(0, 12))):
-        kind = draw(st.sampled_from(["atx", "atx", "setext", "para", "para", "fence", "hashtag"]))
+        kind = draw(st.sampled_from(["atx", "atx", "setext", "para", "para", "long", "fence", "hashtag"]))
         if i:
             # Setext titles must not continue a paragraph: a blank line always precedes them.
             add(draw(st.sampled_from(["\n\n", "\n\n\n", " \n\n"] + (["\n"] if kind != "setext" else []))))
@@ -437,6 +519,8 @@ def markdown_docs(draw: st.DrawFn) -> tuple[str, list[tuple[int, int, str]]]:
             add(f"{title}\n{underline}")
         elif kind == "para":
             add(draw(paragraphs()))
+        elif kind == "long":
+            add(draw(paragraphs(max_sentences=20)))
         elif kind == "fence":
             add(draw(fences()))
         else:
@@ -520,3 +604,85 @@ def test_ids_and_hashes_are_stable_and_depend_on_text_and_span(
     assert [(u.start, u.end, u.unit_hash) for u in first] == [(u.start, u.end, u.unit_hash) for u in elsewhere]
     assert [u.unit_id for u in elsewhere] == [f"other/b.md#{i}" for i in range(len(elsewhere))]
     assert all(u.unit_hash == unit_hash_of(u.text, u.start, u.end) for u in first)
+
+
+def heading_only_units_with_body(text: str, units: list[Unit]) -> list[tuple[Unit, Unit]]:
+    """Pairs ``(u, v)``: ``u`` holds nothing but heading lines and the next unit ``v`` starts
+    in the body of the section ``u`` ends in."""
+    sections = markdown_sections(text)
+    heads = [(s.start, s.body_start) for s in sections if s.level > 0]
+
+    def in_heading(i: int) -> bool:
+        return any(a <= i < b for a, b in heads)
+
+    pairs: list[tuple[Unit, Unit]] = []
+    for u, v in zip(units, units[1:], strict=False):
+        if not all(text[i].isspace() or in_heading(i) for i in range(u.start, u.end)):
+            continue
+        owner = [s for s in sections if s.start <= v.start][-1]
+        if owner.start < u.end and v.start >= owner.body_start:
+            pairs.append((u, v))
+    return pairs
+
+
+FENCE_START = re.compile(r"(`{3,}|~{3,})")
+
+
+@PROPERTY_SETTINGS
+@given(doc=markdown_docs(), max_tokens=st.integers(1, 40), counter=COUNTERS)
+def test_headings_are_never_alone_when_body_could_join(
+    doc: tuple[str, list[tuple[int, int, str]]], max_tokens: int, counter: WordCounter
+) -> None:
+    text, _ = doc
+    units = chunk(text, MD, max_tokens=max_tokens, counter=counter)
+    for u, v in heading_only_units_with_body(text, units):
+        # Allowed only when not one more character fits, or before a fenced block (never cut).
+        assert FENCE_START.match(v.text) or counter.count(text[u.start : v.start + 1]) > max_tokens
+
+
+@PROPERTY_SETTINGS
+@given(
+    title=st.lists(SAFE_WORD, min_size=1, max_size=3).map(" ".join),
+    parent=st.booleans(),
+    body=st.lists(paragraphs(max_sentences=20), min_size=1, max_size=4).map("\n\n".join),
+    max_tokens=st.integers(2, 40),
+    counter=COUNTERS,
+)
+def test_section_with_body_has_no_heading_only_unit(
+    title: str, parent: bool, body: str, max_tokens: int, counter: WordCounter
+) -> None:
+    heading = ("# Parent\n\n## " if parent else "# ") + title
+    text = f"{heading}\n\n{body}"
+    units = chunk(text, MD, max_tokens=max_tokens, counter=counter)
+    assert_invariants(text, units)
+    if counter.count(heading + " x") <= max_tokens:
+        assert units[0].text != heading and units[0].end > len(heading)
+        assert not heading_only_units_with_body(text, units)
+
+
+SHORT_SENTENCE = st.builds(
+    lambda words, end: " ".join(words) + end,
+    st.lists(st.sampled_from(["deploy", "e\u0301", "שלום", "日本語", "ADR-0042", "x"]), min_size=1, max_size=5),
+    st.sampled_from([".", "!", "?", "…", "\u3002", ".\u201d"]),
+)
+
+
+@PROPERTY_SETTINGS
+@given(
+    body=st.lists(
+        st.tuples(st.sampled_from([" ", "\n"]), st.lists(SHORT_SENTENCE, min_size=1, max_size=30)).map(
+            lambda p: p[0].join(p[1])
+        ),
+        min_size=1,
+        max_size=5,
+    ).map("\n\n".join),
+    max_tokens=st.integers(10, 40),
+)
+def test_short_sentences_pack_into_half_full_units(body: str, max_tokens: int) -> None:
+    text = f"# Notes\n\n{body}"
+    units = chunk(text, MD, max_tokens=max_tokens)
+    assert_invariants(text, units)
+    # Every sentence has at most 5 <= max_tokens / 2 words, so a unit closes only when at least
+    # half full.
+    assert all(2 * u.token_count >= max_tokens for u in units[:-1])
+    assert all(u.token_count <= max_tokens for u in units)
