@@ -183,3 +183,78 @@ def m003_retrieval_runs(conn: apsw.Connection) -> None:
         ) WITHOUT ROWID;
         """
     )
+
+
+@migration
+def m004_evaluation(conn: apsw.Connection) -> None:
+    # Evaluation Sets (seed "Storage"). Corpora are immutable and keyed by their manifest hash; a
+    # case keeps a frozen copy of its source trace, so it outlives its Run and travels in
+    # fixtures: no foreign key to retrieval_runs (an imported case's Run may not exist here).
+    # Judgment versions are rows of evaluation_judgment_sets (an empty set is a version too);
+    # evaluation_judgments holds their judgments. Every version is kept.
+    conn.execute(
+        """
+        CREATE TABLE evaluation_corpora (
+            corpus_id TEXT PRIMARY KEY,
+            resource_count INTEGER NOT NULL,
+            created_at TEXT NOT NULL
+        ) WITHOUT ROWID;
+
+        CREATE TABLE evaluation_corpus_resources (
+            corpus_id TEXT NOT NULL REFERENCES evaluation_corpora(corpus_id) ON DELETE CASCADE,
+            ordinal INTEGER NOT NULL,
+            resource_id TEXT NOT NULL,
+            layer TEXT NOT NULL,
+            uri TEXT NOT NULL,
+            resource_hash TEXT NOT NULL,
+            byte_size INTEGER NOT NULL,
+            media_type TEXT NOT NULL,
+            PRIMARY KEY (corpus_id, ordinal),
+            UNIQUE (corpus_id, resource_id)
+        ) WITHOUT ROWID;
+        CREATE INDEX evaluation_corpus_resources_hash ON evaluation_corpus_resources(resource_hash);
+
+        CREATE TABLE evaluation_cases (
+            case_id TEXT PRIMARY KEY,
+            project_id TEXT NOT NULL,
+            query TEXT NOT NULL,
+            corpus_id TEXT NOT NULL REFERENCES evaluation_corpora(corpus_id),
+            source_run_id TEXT NOT NULL,
+            provenance TEXT NOT NULL CHECK (provenance IN ('run', 'beir_import', 'fixture_import')),
+            original_provenance TEXT NOT NULL
+                CHECK (original_provenance IN ('run', 'beir_import', 'fixture_import')),
+            judgment_version INTEGER NOT NULL DEFAULT 0 CHECK (judgment_version >= 0),
+            reviewed_version INTEGER
+                CHECK (reviewed_version IS NULL OR reviewed_version BETWEEN 0 AND judgment_version),
+            created_at TEXT NOT NULL,
+            trace_hash TEXT NOT NULL,
+            trace_json TEXT NOT NULL
+        );
+        CREATE INDEX evaluation_cases_project ON evaluation_cases(project_id, created_at, case_id);
+        CREATE INDEX evaluation_cases_created ON evaluation_cases(created_at, case_id);
+        CREATE INDEX evaluation_cases_run ON evaluation_cases(source_run_id);
+        CREATE INDEX evaluation_cases_corpus ON evaluation_cases(corpus_id);
+
+        CREATE TABLE evaluation_judgment_sets (
+            case_id TEXT NOT NULL REFERENCES evaluation_cases(case_id) ON DELETE CASCADE,
+            version INTEGER NOT NULL CHECK (version >= 1),
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (case_id, version)
+        ) WITHOUT ROWID;
+
+        CREATE TABLE evaluation_judgments (
+            case_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            ordinal INTEGER NOT NULL,
+            unit_id TEXT,
+            resource_id TEXT,
+            relevance INTEGER NOT NULL CHECK (typeof(relevance) = 'integer' AND relevance BETWEEN 0 AND 3),
+            note TEXT,
+            -- A judgment targets a unit of the source trace or a resource of the corpus, never both.
+            CHECK ((unit_id IS NULL) != (resource_id IS NULL)),
+            PRIMARY KEY (case_id, version, ordinal),
+            FOREIGN KEY (case_id, version)
+                REFERENCES evaluation_judgment_sets(case_id, version) ON DELETE CASCADE
+        ) WITHOUT ROWID;
+        """
+    )

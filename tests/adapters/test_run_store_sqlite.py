@@ -368,10 +368,11 @@ def test_gc_deletes_exactly_the_unreferenced_blob_files(home, tmp_path):
         runs[name] = store.start(run_start())
         store.complete(runs[name], trace_of(ranked(5), memory.hash))
     store.pin(runs["pinned"])
-    # Evaluation corpora come with a later migration; their table is already a blob reference.
-    conn.execute("CREATE TABLE evaluation_corpus_resources (corpus_id TEXT, resource_hash TEXT)")
+    # An evaluation corpus (migration m004) keeps its blobs live too.
+    conn.execute("INSERT INTO evaluation_corpora VALUES ('c', 2, 't')")
     conn.executemany(
-        "INSERT INTO evaluation_corpus_resources VALUES ('c', ?)", [(e.resource_hash,) for e in corpus.entries]
+        "INSERT INTO evaluation_corpus_resources VALUES ('c', ?, ?, 'project', 'file:///c', ?, 1, 'text/markdown')",
+        [(i, f"c{i}.md", e.resource_hash) for i, e in enumerate(corpus.entries)],
     )
     local_storage = tmp_path / "projects" / "alpha" / "generations" / "rev3"
     local_storage.mkdir(parents=True)

@@ -1,0 +1,163 @@
+"""The replay gate (``memcore eval replay``): re-rank every case's frozen corpus with the current
+pipeline as variant ``current`` and compare its nDCG@10 with the baseline's B4.
+
+For each corpus of the set, the Workspace indexes its frozen bodies as a project
+(``<prefix>-<corpus_id[:12]>``, one source holding ``resource_id -> body``); each case's query runs
+through it and the final order is graded with the case's current judgments. The baseline is the
+B4 nDCG@10 of each case's frozen trace, or a baseline report's ``per_case`` values.
+
+A case fails when its drop (baseline - current) exceeds ``max_drop``; the gate fails when the mean
+drop over the compared cases does (a regression gate for CI: per-case results are diagnostics).
+Only reviewed cases take part unless ``include_unreviewed`` (seed: only reviewed cases may become
+a quality gate). The default level is ``resource``: it survives a chunker change, which renumbers
+units.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from memory_core.beir import Workspace, no_progress
+from memory_core.errors import InvalidRequest
+from memory_core.evaluation import JudgmentSet
+from memory_core.evaluation_errors import EvaluationSetEmpty
+from memory_core.evaluation_report import BASELINE, NDCG, variant_ranking
+from memory_core.fixture import EvaluationSet
+from memory_core.indexing import Progress
+from memory_core.metrics import MetricLevel, grade, ndcg_at
+
+CURRENT = "current"
+TOLERANCE = 1e-12  # float noise never fails a gate
+
+
+@attrs.frozen
+class ReplayCase:
+    case_id: str
+    baseline: float | None
+    current: float | None
+    drop: float | None
+    passed: bool | None  # None: the case has no relevant item (excluded)
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class ReplayResult:
+    level: str
+    max_drop: float
+    cases: tuple[ReplayCase, ...]
+    baseline_mean: float | None
+    current_mean: float | None
+    mean_drop: float | None
+    passed: bool
+
+    @property
+    def compared(self) -> int:
+        return sum(1 for c in self.cases if c.passed is not None)
+
+    @property
+    def excluded(self) -> int:
+        return len(self.cases) - self.compared
+
+    @property
+    def failed_cases(self) -> list[str]:
+        return [c.case_id for c in self.cases if c.passed is False]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "variant": CURRENT,
+            "baseline_variant": BASELINE.name,
+            "metric": NDCG,
+            "level": self.level,
+            "max_drop": self.max_drop,
+            "compared": self.compared,
+            "excluded": self.excluded,
+            "baseline_mean": self.baseline_mean,
+            "current_mean": self.current_mean,
+            "mean_drop": self.mean_drop,
+            "passed": self.passed,
+            "failed_cases": self.failed_cases,
+            "cases": [c.to_dict() for c in self.cases],
+        }
+
+
+def baseline_from_report(
+    report: Mapping[str, Any], level: MetricLevel = MetricLevel.RESOURCE
+) -> dict[str, float | None]:
+    """Per-case B4 nDCG@10 from a report document (``eval report --json`` or a fixture's)."""
+    per_case = report.get("per_case") if isinstance(report, Mapping) else None
+    if not isinstance(per_case, Mapping):
+        raise InvalidRequest("the baseline report has no per_case values", place="/per_case")
+    out: dict[str, float | None] = {}
+    for case_id, levels in per_case.items():
+        try:
+            value = levels[level.value][BASELINE.name][NDCG]
+        except (KeyError, TypeError):
+            raise InvalidRequest(
+                f"the baseline report lacks {level.value}/{BASELINE.name}/{NDCG} for case {case_id!r}",
+                place=f"/per_case/{case_id}",
+            ) from None
+        if value is not None and (type(value) not in (int, float) or not 0 <= value <= 1):
+            raise InvalidRequest(f"baseline nDCG@10 of case {case_id!r} is not in [0, 1]", place=f"/per_case/{case_id}")
+        out[str(case_id)] = None if value is None else float(value)
+    return out
+
+
+def _check_max_drop(max_drop: object) -> float:
+    if not isinstance(max_drop, (int, float)) or isinstance(max_drop, bool) or not 0 <= max_drop <= 1:
+        raise InvalidRequest("max_drop must be a number in [0, 1]", max_drop=max_drop)
+    return float(max_drop)
+
+
+def replay(
+    evaluation_set: EvaluationSet,
+    workspace: Workspace,
+    *,
+    max_drop: float = 0.0,
+    level: MetricLevel = MetricLevel.RESOURCE,
+    include_unreviewed: bool = False,
+    baseline: Mapping[str, float | None] | None = None,
+    project_prefix: str = "replay",
+    progress: Progress = no_progress,
+) -> ReplayResult:
+    threshold = _check_max_drop(max_drop)
+    records = [r for r in evaluation_set.records if include_unreviewed or r.case.reviewed]
+    if not records:
+        raise EvaluationSetEmpty(
+            "no reviewed case to replay: review the judgments or pass include_unreviewed",
+            cases=len(evaluation_set.records),
+        )
+    projects: dict[str, str] = {}
+    for corpus_id in dict.fromkeys(r.case.corpus_id for r in records):
+        project_id = f"{project_prefix}-{corpus_id[:12]}"
+        workspace.prepare(project_id, evaluation_set.files(corpus_id), progress)
+        projects[corpus_id] = project_id
+    results = []
+    for done, r in enumerate(records, start=1):
+        current_set = r.judgment_sets[-1] if r.judgment_sets else JudgmentSet(r.case.case_id, 0, (), None)
+        judgments = current_set.to_metric_judgments(r.trace.unit_resources())
+        if baseline is not None:
+            before = baseline.get(r.case.case_id)
+        else:
+            before = ndcg_at(grade(variant_ranking(r.trace.candidates, BASELINE), judgments, level), 10)
+        ranking = workspace.rank(projects[r.case.corpus_id], r.case.query)
+        after = ndcg_at(grade(ranking, judgments, level), 10)
+        if before is None or after is None:
+            results.append(ReplayCase(r.case.case_id, before, after, None, None))
+        else:
+            drop = before - after
+            results.append(ReplayCase(r.case.case_id, before, after, drop, drop <= threshold + TOLERANCE))
+        progress("replay", done, len(records))
+    compared = [c for c in results if c.drop is not None]
+    if not compared:
+        return ReplayResult(level.value, threshold, tuple(results), None, None, None, True)
+    baseline_mean = math.fsum(c.baseline or 0.0 for c in compared) / len(compared)
+    current_mean = math.fsum(c.current or 0.0 for c in compared) / len(compared)
+    mean_drop = baseline_mean - current_mean
+    passed = mean_drop <= threshold + TOLERANCE
+    return ReplayResult(level.value, threshold, tuple(results), baseline_mean, current_mean, mean_drop, passed)
