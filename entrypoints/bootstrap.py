@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from memory_core.engine import Engine
+from memory_core.evaluation import EvaluationService
 from memory_core.indexing import Indexer
 from memory_core.ports import (
     BlobStore,
@@ -62,6 +63,7 @@ def bootstrap(
     reranker: Reranker | None = None,
     recorder: RunRecorder | None = None,
     history: RunStore | None = None,
+    evaluation: EvaluationService | None = None,
     profile: RankingProfile | None = None,
     recover: bool = True,
 ) -> Engine:
@@ -115,6 +117,14 @@ def bootstrap(
 
         # Its own connection: the run store serialises its transactions, the catalog does not.
         history = SqliteRunStore(open_database(layout.db_path), FileBlobStore(layout.blobs_dir))
+    if evaluation is None:
+        from memory_core.adapters.blob_store import FileBlobStore
+        from memory_core.adapters.sqlite.database import open_database
+        from memory_core.adapters.sqlite.evaluation import SqliteEvaluationStore
+
+        evaluation = EvaluationService(
+            SqliteEvaluationStore(open_database(layout.db_path)), history, FileBlobStore(layout.blobs_dir), now=utc_now
+        )
     if recover:
         history.recover_interrupted()  # Runs left `running` by a process that is gone
     limit_blas_threads()
@@ -145,6 +155,7 @@ def bootstrap(
         profile=profile or RankingProfile(),
         recorder=recorder or history,
         history=history,
+        evaluation=evaluation,
     )
 
 
@@ -154,6 +165,7 @@ __all__ = ["bootstrap", "Path"]
 def bootstrap_in_memory(**overrides: Any) -> Engine:
     """An engine wired to the in-memory adapters: no disk, no JVM, no model. For fast tests and
     for embedding memory-core where persistence is not wanted; any part can still be overridden."""
+    from memory_core.adapters.in_memory.evaluation import InMemoryEvaluationStore
     from memory_core.adapters.in_memory.lexical import InMemoryLexicalIndexFactory
     from memory_core.adapters.in_memory.runs import InMemoryRunStore
     from memory_core.adapters.in_memory.storage import (
@@ -187,8 +199,11 @@ def bootstrap_in_memory(**overrides: Any) -> Engine:
         "profile": RankingProfile(),
     }
     parts.update(overrides)
+    evaluation_store = InMemoryEvaluationStore()
     if parts.get("history") is None:
-        parts["history"] = InMemoryRunStore(parts["blobs"], catalog=parts["catalog"])
+        parts["history"] = InMemoryRunStore(
+            parts["blobs"], catalog=parts["catalog"], corpus_references=evaluation_store.referenced_blobs
+        )
     for factory in (parts["lexical"], parts["vectors"]):
         if hasattr(factory, "relocate") and hasattr(parts["generations"], "on_publish"):
             parts["generations"].on_publish.append(factory.relocate)
@@ -223,4 +238,5 @@ def bootstrap_in_memory(**overrides: Any) -> Engine:
         profile=profile,
         recorder=recorder,
         history=history,
+        evaluation=EvaluationService(evaluation_store, history, parts["blobs"], now=utc_now),
     )

@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     scope.add_argument("--all", action="store_true")
     rc.add_argument("--json", action="store_true")
 
+    from memory_core.entrypoints import eval_commands
+
+    eval_commands.add_parser(sub)
     daemon_cli.add_cli_commands(sub)  # memcore serve, memcore contracts generate
 
     demo = sub.add_parser("demo", help="index the embedded demo memory and run example activations")

@@ -20,8 +20,18 @@ from memory_core.recording import RunFilter
 
 
 def run(args: argparse.Namespace) -> int:
-    handler = HANDLERS[(args.command, getattr(args, "action", None))]
-    engine = bootstrap(args.home)
+    """Run a command against the home's daemon when one answers, else against an embedded engine."""
+    key = (args.command, getattr(args, "action", None))
+    handler = HANDLERS[key]
+    engine: Any = None
+    # The demo drives an embedded Engine itself; evaluation commands are embedded until the
+    # daemon serves them (both processes share the home's database safely).
+    if args.command not in ("demo", "eval"):
+        from memory_core.entrypoints.client_engine import ClientEngine
+
+        engine = ClientEngine.running(args.home)
+    if engine is None:
+        engine = bootstrap(args.home)
     try:
         return handler(engine, args)
     finally:
@@ -161,6 +171,13 @@ def runs_clear(engine: Engine, args: argparse.Namespace) -> int:
     return 0
 
 
+def evaluation(engine: Engine, args: argparse.Namespace) -> int:
+    from memory_core.adapters.home import resolve_home
+    from memory_core.entrypoints import eval_commands
+
+    return eval_commands.handle(engine, args, resolve_home(args.home))
+
+
 def demo(engine: Engine, args: argparse.Namespace) -> int:
     from memory_core.adapters.home import resolve_home
     from memory_core.entrypoints.demo import run_demo
@@ -179,4 +196,7 @@ HANDLERS: dict[tuple[str, str | None], Callable[[Engine, argparse.Namespace], in
     ("runs", "show"): runs_show,
     ("runs", "clear"): runs_clear,
     ("demo", None): demo,
+    **{("eval", action): evaluation for action in (
+        "add", "cases", "show", "judge", "review", "report", "export", "import", "import-beir", "replay"
+    )},
 }

@@ -26,6 +26,8 @@ def make_converter() -> cattrs.Converter:
             "resource_id": c.unit.resource_id,
             "unit_hash": c.unit.unit_hash,
             "resource_hash": c.unit.resource_hash,
+            "heading_path": list(c.unit.heading_path),
+            "token_count": c.unit.token_count,
             **{
                 f: getattr(c, f)
                 for f in (

@@ -26,8 +26,11 @@ from memory_core.errors import (
     RetrievalFailed,
     StorageUnavailable,
 )
+from memory_core.evaluation import Case, EvaluationService, JudgmentSet
+from memory_core.evaluation_report import Report
 from memory_core.exact import REVISION as EXACT_REVISION
 from memory_core.exact import ExactIndex
+from memory_core.fixture import ImportResult
 from memory_core.indexing import LEXICAL_DIR, VECTOR_DIR, Indexer, IndexReport, Progress
 from memory_core.model import Generation, Project, Source, Unit, validate_project_id
 from memory_core.pipeline import SELECTED, Candidate, apply_rerank, fuse
@@ -189,6 +192,7 @@ class Engine:
     recorder: RunRecorder = attrs.field(factory=NullRecorder)
     profile: RankingProfile = attrs.field(factory=RankingProfile)
     history: RunStore | None = None
+    evaluation: EvaluationService | None = None
     _open: dict[str, OpenGeneration] = attrs.field(factory=dict, init=False)
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
 
@@ -400,6 +404,29 @@ class Engine:
         if project_id is not None:
             self.catalog.get_project(project_id)
         return self._runs().clear(project_id)
+
+    # -- Evaluation Sets (the seed's method names; the rest is on ``engine.evaluation``) ------
+    def evaluations(self) -> EvaluationService:
+        if self.evaluation is None:
+            raise StorageUnavailable("evaluation is not enabled for this engine")
+        return self.evaluation
+
+    def create_evaluation_case(self, run_id: str) -> Case:
+        return self.evaluations().create_case(run_id)
+
+    def replace_evaluation_judgments(
+        self, case_id: str, expected_judgment_version: int, judgments: object
+    ) -> JudgmentSet:
+        return self.evaluations().replace_judgments(case_id, expected_judgment_version, judgments)
+
+    def evaluation_report(self, project_id: str | None = None, case_ids: Sequence[str] | None = None) -> Report:
+        return self.evaluations().report(project_id, case_ids)
+
+    def export_evaluation_set(self, *, project_id: str | None = None, with_history: bool = False) -> bytes:
+        return self.evaluations().export_fixture(project_id=project_id, with_history=with_history)
+
+    def import_evaluation_set(self, data: bytes | str | Mapping[str, Any]) -> ImportResult:
+        return self.evaluations().import_fixture(data)
 
     # -- recording (history never changes the agent's answer) -----------------------------
     def _record_start(self, run: RunStart) -> str | None:

@@ -24,6 +24,17 @@ from memory_core.errors import InvalidRequest, MemoryCoreError
 from memory_core.indexing import IndexReport
 from memory_core.model import PROJECT_ID_RE, Generation, IndexRevisions, Layer, Project, Source
 from memory_core.profile import MAX_BUDGET, MAX_QUERY_CHARS, MIN_BUDGET
+from memory_core.recording import (
+    FAILED,
+    MAX_PAGE,
+    RUNNING,
+    SUCCEEDED,
+    CandidateRecord,
+    ClearReport,
+    RunDetail,
+    RunPage,
+    RunSummary,
+)
 
 API_VERSION = "1.0.0"
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a 10,000-unit activation state is about 0.9 MiB
@@ -99,6 +110,20 @@ STATUS_BY_CODE: dict[str, int] = {
     "blob_not_found": 500,
     "storage_unavailable": 503,
     "daemon_unavailable": 503,
+    "jvm_unavailable": 503,
+    # Evaluation Sets (memory_core.evaluation_errors), ahead of their methods in the table.
+    "invalid_judgments": 400,
+    "invalid_evaluation_fixture": 400,
+    "evaluation_fixture_hash_mismatch": 400,
+    "invalid_beir_collection": 400,
+    "evaluation_case_not_found": 404,
+    "evaluation_corpus_not_found": 404,
+    "evaluation_case_exists": 409,
+    "evaluation_run_not_succeeded": 409,
+    "evaluation_corpus_incomplete": 409,
+    "evaluation_judgment_conflict": 409,
+    "evaluation_import_conflict": 409,
+    "evaluation_set_empty": 409,
 }
 
 
@@ -123,6 +148,9 @@ def exception_for(code: str, message: str, details: dict[str, Any]) -> MemoryCor
     except TypeError:  # a class with its own constructor (RetrievalFailed) and odd details
         exc = cls.__new__(cls)
         MemoryCoreError.__init__(exc, message, **details)
+    # The daemon's message as sent: some constructors decorate theirs (InvalidFixture prefixes
+    # the place), which would say it twice.
+    exc.message, exc.args = message, (message,)
     if exc.code != code:  # a code this client does not know yet
         exc.code = code
     return exc
@@ -198,6 +226,48 @@ class ActivateMemoryRequest:
     activation_state: ActivationState | None = attrs.field(
         default=None,
         metadata={"schema": {"description": "what the agent already holds: the previous answer's activation_state"}},
+    )
+
+
+RUN_STATUSES = (RUNNING, SUCCEEDED, FAILED)
+_TIME = "ISO-8601 date or date-time; without an offset it is UTC"
+
+
+@attrs.frozen
+class ListRetrievalRunsRequest:
+    """Filters combine with AND; Runs come newest first, a page at a time."""
+
+    project_id: str | None = None
+    status: str | None = attrs.field(default=None, metadata={"schema": {"enum": [*RUN_STATUSES, None]}})
+    since: str | None = attrs.field(
+        default=None, metadata={"schema": {"description": f"started at or after this time (inclusive); {_TIME}"}}
+    )
+    until: str | None = attrs.field(
+        default=None, metadata={"schema": {"description": f"started before this time (exclusive); {_TIME}"}}
+    )
+    query: str | None = attrs.field(
+        default=None, metadata={"schema": {"description": "only Runs whose query contains this text"}}
+    )
+    limit: int = attrs.field(default=50, metadata={"schema": {"minimum": 1, "maximum": MAX_PAGE}})
+    cursor: str | None = attrs.field(
+        default=None, metadata={"schema": {"description": "next_cursor of the previous page"}}
+    )
+
+
+@attrs.frozen
+class GetRetrievalRunRequest:
+    run_id: str
+
+
+@attrs.frozen
+class ClearRetrievalRunsRequest:
+    """Clear History: exactly one of ``project_id`` or ``all: true``."""
+
+    project_id: str | None = attrs.field(
+        default=None, metadata={"schema": {"description": "clear this project's unpinned Runs"}}
+    )
+    all: bool = attrs.field(
+        default=False, metadata={"schema": {"description": "clear every project's unpinned Runs"}}
     )
 
 
@@ -331,6 +401,8 @@ __all__ = [
     "MAX_BODY_BYTES",
     "STATUS_BY_CODE",
     "ActivationResponse",
+    "CandidateRecord",
+    "ClearReport",
     "ErrorEnvelope",
     "Fragment",
     "Generation",
@@ -339,6 +411,9 @@ __all__ = [
     "Layer",
     "Project",
     "ProjectInfo",
+    "RunDetail",
+    "RunPage",
+    "RunSummary",
     "exception_for",
     "make_converter",
     "status_for",

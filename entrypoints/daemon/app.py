@@ -49,7 +49,8 @@ def _reject_constant(name: str) -> Any:
 
 
 async def read_json(request: Request, limit: int) -> Any:
-    """The body as JSON (an empty body is ``{}``), read no further than ``limit`` bytes."""
+    """The body as JSON (no body at all is ``{}``; whitespace alone is not JSON), read no further
+    than ``limit`` bytes."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
@@ -61,7 +62,7 @@ async def read_json(request: Request, limit: int) -> Any:
         body += chunk
         if len(body) > limit:  # chunked bodies announce no length
             raise api.RequestTooLarge(f"request body is larger than {limit} bytes", limit=limit)
-    if not body.strip():
+    if not body:
         return {}
     try:
         return json.loads(bytes(body), parse_constant=_reject_constant)

@@ -1,4 +1,4 @@
-"""``memcore serve`` and ``memcore contracts generate``, for the main CLI to mount.
+"""``memcore serve``, ``memcore mcp`` and ``memcore contracts generate``, for the main CLI to mount.
 
 In ``memory_core.entrypoints.cli``::
 
@@ -17,21 +17,32 @@ import sys
 from pathlib import Path
 from typing import Any
 
-COMMANDS = frozenset({"serve", "contracts"})
+COMMANDS = frozenset({"serve", "mcp", "contracts"})
 
 
 def add_cli_commands(subparsers: Any) -> None:
-    """Add ``serve`` and ``contracts generate`` to the main parser's subparsers."""
+    """Add ``serve``, ``mcp`` and ``contracts generate`` to the main parser's subparsers."""
     serve = subparsers.add_parser("serve", help="run the daemon for this home on a Unix socket")
     serve.add_argument("--socket", help="socket path (default: <home>/run/memcore.sock)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument("--no-warm", action="store_true", help="do not load the model before the first query")
 
-    contracts = subparsers.add_parser("contracts", help="the daemon's API contract")
+    mcp = subparsers.add_parser(
+        "mcp", help="serve the activate_memory MCP tool on stdio (starts the daemon when none runs)"
+    )
+    mcp.add_argument("--start-timeout", type=float, default=60.0, metavar="SECONDS",
+                     help="how long to wait for a daemon this command starts (default: 60)")
+    mcp.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
+                     help="logs go to stderr (stdout is the MCP protocol)")
+
+    contracts = subparsers.add_parser("contracts", help="the daemon's API contract and the MCP tool's schema")
     actions = contracts.add_subparsers(dest="action", required=True)
-    generate = actions.add_parser("generate", help="write contracts/openapi.json from the dispatch table")
-    generate.add_argument("--output", type=Path, help="where to write (default: the checkout's contracts/openapi.json)")
-    generate.add_argument("--check", action="store_true", help="write nothing; exit 1 when the file is out of date")
+    generate = actions.add_parser(
+        "generate", help="write contracts/openapi.json and contracts/mcp-activate_memory.schema.json"
+    )
+    generate.add_argument("--output", type=Path,
+                          help="write only the OpenAPI document, there (default: both, in the checkout's contracts/)")
+    generate.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file is out of date")
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -41,16 +52,31 @@ def handle(args: argparse.Namespace) -> int:
 
         configure_logging(args.log_level)
         return serve(args.home, args.socket, warm=not args.no_warm)
-    if args.command == "contracts" and args.action == "generate":
-        from . import openapi
+    if args.command == "mcp":
+        from memory_core.entrypoints.mcp_server import main
 
-        target = args.output or openapi.default_path()
-        if args.check:
-            if openapi.is_current(target):
-                print(f"{target} is current")
-                return 0
-            print(f"{target} is out of date: run `memcore contracts generate`", file=sys.stderr)
-            return 1
-        print(f"wrote {openapi.write(target)}")
-        return 0
+        return main(args.home, start_timeout_s=args.start_timeout, log_level=args.log_level)
+    if args.command == "contracts" and args.action == "generate":
+        return _generate(args.output, check=args.check)
     raise ValueError(f"not a daemon command: {args.command}")
+
+
+def _generate(output: Path | None, *, check: bool) -> int:
+    from memory_core.entrypoints import mcp_server
+
+    from . import openapi
+
+    # (path, is it current, write it)
+    targets = [(output or openapi.default_path(), openapi.is_current, openapi.write)]
+    if output is None:
+        targets.append((mcp_server.default_schema_path(), mcp_server.schema_is_current, mcp_server.write_schema))
+    if check:
+        stale = [path for path, current, _ in targets if not current(path)]
+        for path in stale:
+            print(f"{path} is out of date: run `memcore contracts generate`", file=sys.stderr)
+        if not stale:
+            print(" and ".join(str(path) for path, _, _ in targets) + " current")
+        return 1 if stale else 0
+    for path, _, write in targets:
+        print(f"wrote {write(path)}")
+    return 0

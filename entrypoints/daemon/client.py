@@ -17,10 +17,12 @@ from memory_core.engine import ActivationResponse, ProjectInfo
 from memory_core.errors import MemoryCoreError
 from memory_core.indexing import IndexReport
 from memory_core.model import Source
+from memory_core.recording import ClearReport, RunDetail, RunFilter, RunPage
 
 from . import api, dispatch, paths
 
 CONNECT_TIMEOUT_S = 5.0
+PROBE_TIMEOUT_S = 5.0
 
 
 class DaemonClient:
@@ -51,16 +53,19 @@ class DaemonClient:
         cls, home: str | os.PathLike[str] | None = None, *, timeout: float | None = None
     ) -> DaemonClient | None:
         """A client when a daemon answers for ``home``, else ``None`` (use the engine directly)."""
-        client = cls.for_home(home, timeout=timeout)
-        if not client.socket_path.exists():
-            client.close()
+        from memory_core.adapters.home import resolve_home
+
+        # Checked before building a client: an embedded CLI call should not pay for httpx.
+        if not paths.socket_path_for(resolve_home(home)).exists():
             return None
-        try:
-            client.runtime_status()
-        except api.DaemonUnavailable:
-            client.close()
-            return None
-        return client
+        # A bounded probe: a daemon that does not answer runtime_status (it answers even while
+        # indexing) must not hang the caller, who then works embedded.
+        with cls.for_home(home, timeout=PROBE_TIMEOUT_S) as probe:
+            try:
+                probe.runtime_status()
+            except api.DaemonUnavailable:
+                return None
+        return cls.for_home(home, timeout=timeout)
 
     # -- transport ---------------------------------------------------------------------------
     def call(self, name: str, request: Any) -> Any:
@@ -126,6 +131,24 @@ class DaemonClient:
     ) -> ActivationResponse:
         request = api.ActivateMemoryRequest(project_id, query, budget, activation_state)
         return self.call("activate_memory", request)  # type: ignore[no-any-return]
+
+    def list_retrieval_runs(
+        self, run_filter: RunFilter | None = None, *, limit: int = 50, cursor: str | None = None
+    ) -> RunPage:
+        f = run_filter or RunFilter()
+        request = api.ListRetrievalRunsRequest(
+            project_id=f.project_id, status=f.status, since=f.since, until=f.until, query=f.query_contains,
+            limit=limit, cursor=cursor,
+        )
+        return self.call("list_retrieval_runs", request)  # type: ignore[no-any-return]
+
+    def get_retrieval_run(self, run_id: str) -> RunDetail:
+        return self.call("get_retrieval_run", api.GetRetrievalRunRequest(run_id))  # type: ignore[no-any-return]
+
+    def clear_retrieval_runs(self, project_id: str | None = None, *, all: bool = False) -> ClearReport:
+        """Clear History of one project, or of every project with ``all=True``."""
+        request = api.ClearRetrievalRunsRequest(project_id, all)
+        return self.call("clear_retrieval_runs", request)  # type: ignore[no-any-return]
 
 
 def _error_from(body: Any, status: int) -> MemoryCoreError:

@@ -4,6 +4,7 @@ adding a method is adding one entry here (and its types in ``api``)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import threading
 import time
@@ -25,9 +26,11 @@ from memory_core.errors import (
     ProjectNotFound,
     ProjectNotIndexed,
     RetrievalFailed,
+    RunNotFound,
     SourceUnavailable,
 )
 from memory_core.indexing import IndexReport
+from memory_core.recording import ClearReport, RunDetail, RunFilter, RunPage
 
 from . import api
 
@@ -132,6 +135,43 @@ def activate_memory(ctx: Context, req: api.ActivateMemoryRequest) -> ActivationR
     return activation.response
 
 
+def _instant(value: str | None, field: str) -> str | None:
+    """An ISO-8601 time in the Runs' own format (UTC, milliseconds, ``Z``), so that comparing
+    strings compares instants; a date alone is its midnight UTC."""
+    if value is None:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.strip())
+    except ValueError:
+        message = f"{field} must be an ISO-8601 date or date-time, not {value!r}"
+        raise InvalidRequest(message, **{field: value}) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    return parsed.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def list_retrieval_runs(ctx: Context, req: api.ListRetrievalRunsRequest) -> RunPage:
+    run_filter = RunFilter(
+        project_id=req.project_id,
+        status=req.status,
+        since=_instant(req.since, "since"),
+        until=_instant(req.until, "until"),
+        query_contains=req.query,
+    )
+    return ctx.engine.list_runs(run_filter, limit=req.limit, cursor=req.cursor)
+
+
+def get_retrieval_run(ctx: Context, req: api.GetRetrievalRunRequest) -> RunDetail:
+    return ctx.engine.get_run(req.run_id)
+
+
+def clear_retrieval_runs(ctx: Context, req: api.ClearRetrievalRunsRequest) -> ClearReport:
+    # Exactly one scope: an empty body must never mean "delete everything".
+    if (req.project_id is None) == (not req.all):
+        raise InvalidRequest("give exactly one of project_id or all: true", project_id=req.project_id, all=req.all)
+    return ctx.engine.clear_runs(req.project_id)
+
+
 METHODS: tuple[Method, ...] = (
     Method("runtime_status", api.RuntimeStatusRequest, api.RuntimeStatus, runtime_status,
            "The daemon's version, pid, home, socket, uptime and load; answers even while indexing.",
@@ -151,6 +191,14 @@ METHODS: tuple[Method, ...] = (
            "Rank the project's memory for a query and return fragments with their delta.",
            (InvalidQuery, InvalidBudget, InvalidActivationState, ProjectNotFound, ProjectNotIndexed,
             RetrievalFailed)),
+    Method("list_retrieval_runs", api.ListRetrievalRunsRequest, RunPage, list_retrieval_runs,
+           "Recorded Retrieval Runs, newest first, filtered and paged (keyset cursor).", allow_get=True),
+    Method("get_retrieval_run", api.GetRetrievalRunRequest, RunDetail, get_retrieval_run,
+           "One Retrieval Run with its full trace: revisions, stage latencies, every candidate.",
+           (RunNotFound,)),
+    Method("clear_retrieval_runs", api.ClearRetrievalRunsRequest, ClearReport, clear_retrieval_runs,
+           "Clear History: delete unpinned Runs of one project or of all, then unreferenced blobs.",
+           (ProjectNotFound,)),
 )
 
 TABLE: dict[str, Method] = {m.name: m for m in METHODS}

@@ -2,9 +2,11 @@
 
 Start-up: prepare the home, take ``<home>/run/daemon.lock`` (a second daemon refuses, naming the
 first one's pid), bind the socket ourselves (0600, in a 0700 directory: uvicorn would chmod its
-own socket 0666), build the engine once and serve until SIGTERM or SIGINT. Shutdown stops
-accepting, lets in-flight requests finish, closes the engine and removes the socket. Logs are
-JSON lines on stderr.
+own socket 0666), build the engine once, fail the Runs that a process now gone left ``running``
+(start-up recovery) and serve until SIGTERM or SIGINT. Shutdown stops accepting, lets in-flight
+requests finish (so their Runs complete), waits for the engine call in flight, closes the engine
+and removes the socket. The JVM runs with ``-Xrs``: these signals are Python's. Logs are JSON
+lines on stderr.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from .dispatch import Context
 
 log = logging.getLogger("memory_core.daemon")
 BACKLOG = 128
+DRAIN_TIMEOUT_S = 30.0
 
 
 # -- logs -------------------------------------------------------------------------------------
@@ -164,6 +167,26 @@ def _warm(context: Context) -> None:
         log.exception("warm-up failed; the first query will load the model")
 
 
+def recover_interrupted_runs(engine: Engine) -> int:
+    """Fail the Runs a process that is gone left ``running`` (a crash, SIGKILL, power loss)."""
+    if engine.history is None:
+        return 0
+    recovered = engine.history.recover_interrupted()
+    log.info("recovered interrupted runs", extra={"fields": {"failed": recovered}})
+    return recovered
+
+
+def _drain(context: Context, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+    """Wait for the engine call in flight, if any, before the engine closes under it.
+
+    uvicorn normally waits for every request; after a second signal it stops at once, while a
+    worker thread may still be inside an activation: letting it finish records its Run."""
+    if context.engine_lock.acquire(timeout=timeout_s):
+        context.engine_lock.release()
+    else:
+        log.warning("an engine call is still running at shutdown", extra={"fields": {"waited_s": timeout_s}})
+
+
 # -- serve ------------------------------------------------------------------------------------
 def serve(
     home: str | os.PathLike[str] | None = None,
@@ -185,6 +208,7 @@ def serve(
     sock: socket.socket | None = None
     inode: int | None = None
     engine: Engine | None = None
+    context: Context | None = None
     handlers: dict[int, Any] = {}
     path = Path(socket_path).absolute() if socket_path else paths.default_socket_path(root)
     try:
@@ -193,9 +217,10 @@ def serve(
         if engine_factory is None:
             from memory_core.entrypoints.bootstrap import bootstrap
 
-            engine = bootstrap(root)
+            engine = bootstrap(root, recover=False)  # recovered below, with a log line
         else:
             engine = engine_factory(root)
+        recover_interrupted_runs(engine)
         started_at = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
         context = Context(engine=engine, home=str(root), socket=str(path), started_at=started_at)
         lock.record(paths.DaemonInfo(os.getpid(), str(path), started_at))
@@ -218,6 +243,8 @@ def serve(
         server.run(sockets=[sock])
         return 0
     finally:
+        if context is not None:
+            _drain(context)
         if engine is not None:
             engine.close()
         if sock is not None:

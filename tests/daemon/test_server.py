@@ -34,18 +34,18 @@ START_TIMEOUT_S = 60
 
 
 class Daemon:
-    def __init__(self, home: Path, log: Path) -> None:
+    def __init__(self, home: Path, log: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.home = home
         self.log = log
         self.socket = paths.default_socket_path(home)
-        env = {k: v for k, v in os.environ.items() if k != "MEMORY_CORE_HOME"}
+        environ = {k: v for k, v in os.environ.items() if k not in ("MEMORY_CORE_HOME", "MEMORY_CORE_CRASH_POINT")}
         tmp = home.parent / "tmp"
         tmp.mkdir(exist_ok=True)
-        env.update(TMPDIR=str(tmp), PYTHONUNBUFFERED="1")
+        environ.update(TMPDIR=str(tmp), PYTHONUNBUFFERED="1", **(env or {}))
         self._stderr = log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memory_core.entrypoints.daemon", "--home", str(home)],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self._stderr,
+            [sys.executable, "-m", "memory_core.entrypoints.daemon", "--home", str(home), *args],
+            cwd=ROOT, env=environ, stdout=subprocess.DEVNULL, stderr=self._stderr,
         )
         self.client = DaemonClient(self.socket, timeout=120)
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -1,0 +1,82 @@
+"""The CLI's engine when a daemon serves the home: the methods the command handlers call on
+``Engine``, implemented over the daemon's socket (``DaemonClient``).
+
+The handlers cannot tell the difference, so every command behaves the same in both modes, with
+the daemon's warm indexes and models. One difference is by nature: ``activate`` gets the ranked
+candidates back from the Run the daemon recorded (``CandidateRecord`` values in final order, the
+fields the stage table and ``--json`` show), not the live pipeline objects.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from memory_core.activation_state import ActivationState
+from memory_core.engine import Activation, ProjectInfo
+from memory_core.entrypoints.daemon.client import DaemonClient
+from memory_core.indexing import IndexReport, Progress
+from memory_core.model import Project, Source
+from memory_core.recording import ClearReport, RunDetail, RunFilter, RunPage
+
+
+class ClientEngine:
+    """``Engine``'s CLI-facing methods over a running daemon."""
+
+    def __init__(self, client: DaemonClient) -> None:
+        self.client = client
+
+    @classmethod
+    def running(cls, home: str | os.PathLike[str] | None = None) -> ClientEngine | None:
+        """A client engine when a daemon answers for ``home``, else ``None`` (go embedded)."""
+        client = DaemonClient.running(home)
+        return cls(client) if client is not None else None
+
+    # -- projects ---------------------------------------------------------------------------
+    def add_project(self, name: str, sources: Sequence[Source]) -> Project:
+        return self.client.add_project(name, sources).project
+
+    def list_projects(self) -> list[ProjectInfo]:
+        return self.client.list_projects()
+
+    def show_project(self, name: str) -> ProjectInfo:
+        return self.client.show_project(name)
+
+    def remove_project(self, name: str) -> None:
+        self.client.remove_project(name)
+
+    def index(self, name: str, *, force: bool = False, progress: Progress | None = None) -> IndexReport:
+        # The daemon reports no progress while it indexes; the report comes when it is done.
+        return self.client.index_project(name, force=force)
+
+    # -- activation -------------------------------------------------------------------------
+    def activate(
+        self,
+        project_id: str,
+        query: str,
+        *,
+        budget: int | None = None,
+        state: ActivationState | Mapping[str, Any] | None = None,
+    ) -> Activation:
+        held = state if state is None or isinstance(state, ActivationState) else ActivationState.from_json(state)
+        response = self.client.activate_memory(project_id, query, budget=budget, activation_state=held)
+        candidates: tuple[Any, ...] = ()
+        if response.run_id is not None:  # None only when the daemon could not write history
+            candidates = self.client.get_retrieval_run(response.run_id).candidates
+        return Activation(response, candidates)
+
+    # -- Retrieval Runs ---------------------------------------------------------------------
+    def list_runs(self, run_filter: RunFilter | None = None, *, limit: int = 50, cursor: str | None = None) -> RunPage:
+        return self.client.list_retrieval_runs(run_filter, limit=limit, cursor=cursor)
+
+    def get_run(self, run_id: str) -> RunDetail:
+        return self.client.get_retrieval_run(run_id)
+
+    def clear_runs(self, project_id: str | None = None) -> ClearReport:
+        if project_id is None:
+            return self.client.clear_retrieval_runs(all=True)
+        return self.client.clear_retrieval_runs(project_id)
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,194 @@
+"""``memcore eval ...``: Evaluation Cases, judgments, the B1-B4 report, fixtures, BEIR, replay."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from memory_core.engine import Engine
+from memory_core.entrypoints import render
+from memory_core.entrypoints.cli import _emit_json
+from memory_core.errors import InvalidRequest
+
+
+def add_parser(sub: Any) -> None:
+    ev = sub.add_parser("eval", help="Evaluation Sets: cases, judgments, report, export/import").add_subparsers(
+        dest="action", required=True
+    )
+    p = ev.add_parser("add", help="freeze a succeeded Run into an Evaluation Case (pins the Run)")
+    p.add_argument("run_id")
+    p.add_argument("--json", action="store_true")
+    p = ev.add_parser("cases", help="list Evaluation Cases")
+    p.add_argument("--project")
+    p.add_argument("--json", action="store_true")
+    p = ev.add_parser("show", help="one case: query, corpus, trace and current judgments")
+    p.add_argument("case_id")
+    p.add_argument("--json", action="store_true")
+    p = ev.add_parser("judge", help='replace a case\'s judgments (a file {"judgments": [...]}, - for stdin)')
+    p.add_argument("case_id")
+    p.add_argument("--file", required=True)
+    p.add_argument("--expected-version", type=int, required=True, help="the version you edited (0 = none)")
+    p.add_argument("--json", action="store_true")
+    p = ev.add_parser("review", help="mark a case's current judgments as reviewed by a person")
+    p.add_argument("case_id")
+    p.add_argument("--expected-version", type=int, required=True)
+    p.add_argument("--json", action="store_true")
+    p = ev.add_parser("report", help="B1-B4 benchmark report")
+    p.add_argument("--project")
+    p.add_argument("--case", action="append", dest="cases")
+    p.add_argument("--json", action="store_true")
+    p = ev.add_parser("export", help="write the set as one self-contained JSON fixture")
+    p.add_argument("--project")
+    p.add_argument("--with-history", action="store_true", help="include earlier judgment versions")
+    p.add_argument("--out", required=True, help="file to write (- for stdout)")
+    p = ev.add_parser("import", help="import a fixture (every hash verified; all or nothing)")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true")
+    p = ev.add_parser("import-beir", help="import a BEIR collection as a project and one case per query")
+    p.add_argument("folder")
+    p.add_argument("--project", required=True)
+    p.add_argument("--split", default="test")
+    p.add_argument("--reviewed", action="store_true", help="the qrels were reviewed by a person")
+    p.add_argument("--json", action="store_true")
+    p = ev.add_parser("replay", help="replay a fixture through the current engine: a regression gate")
+    p.add_argument("fixture")
+    p.add_argument("--max-drop", type=float, default=0.0, help="largest allowed absolute nDCG@10 drop")
+    p.add_argument("--include-unreviewed", action="store_true")
+    p.add_argument("--json", action="store_true")
+
+
+def _read(path: str) -> bytes:
+    try:
+        return sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidRequest(f"cannot read {path!r}: {exc.strerror or exc}", path=path) from exc
+
+
+def _workspace(engine: Engine, home: Path) -> Any:
+    from memory_core.adapters.evaluation_sources import FolderSources
+    from memory_core.beir import EngineWorkspace
+
+    return EngineWorkspace(engine, FolderSources(home / "evaluation-sources"))
+
+
+def report_tables(report: Any) -> list[Any]:
+    out: list[Any] = [
+        f"{report.case_count} cases ({report.reviewed_cases} reviewed); project {report.project_id or 'all'}"
+    ]
+    for level_name, level in report.levels.items():
+        table = Table(
+            title=f"{level_name} level: {level.judged_cases} judged cases, {level.unjudged_cases} without relevant items"
+        )
+        metrics = list(next(iter(level.variants.values())).keys()) if level.variants else []
+        table.add_column("variant")
+        for m in metrics:
+            table.add_column(m)
+        for variant, values in level.variants.items():
+            table.add_row(variant, *("-" if values[m].mean is None else f"{values[m].mean:.3f}" for m in metrics))
+        out.append(table)
+        for c in level.comparisons:
+            if c.mean_diff is not None:
+                out.append(
+                    f"  {c.variant} - {c.other} {c.metric}: {c.mean_diff:+.4f} "
+                    f"(95% CI {c.ci95_low:+.4f} .. {c.ci95_high:+.4f}, p {c.p_value:.3f}, {c.cases} cases)"
+                )
+    counts = report.missed_counts()
+    out.append("missed evidence: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    lat = report.latency
+    out.append(
+        f"warm latency ({lat.warm_runs} warm Runs): "
+        + ", ".join(f"{v} p50 {p.p50:.1f} ms" for v, p in lat.variants.items() if p.p50 is not None)
+    )
+    return out
+
+
+def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
+    service = engine.evaluations()
+    out = render.console()
+    action = args.action
+    if action == "add":
+        case = engine.create_evaluation_case(args.run_id)
+        if args.json:
+            _emit_json(case.to_dict())
+        else:
+            out.print(f"case {case.case_id} from run {case.source_run_id} (corpus {case.corpus_id[:12]}); run pinned")
+    elif action == "cases":
+        cases = service.list_cases(args.project)
+        if args.json:
+            _emit_json([c.to_dict() for c in cases])
+        else:
+            table = Table(title="Evaluation Cases")
+            for col in ("case", "project", "query", "judgment version", "reviewed", "provenance"):
+                table.add_column(col, overflow="fold")
+            for c in cases:
+                table.add_row(
+                    c.case_id,
+                    c.project_id,
+                    c.query[:60],
+                    str(c.judgment_version),
+                    "yes" if c.reviewed else "",
+                    c.provenance,
+                )
+            out.print(table)
+    elif action == "show":
+        detail = service.show_case(args.case_id)
+        _emit_json(detail.to_dict()) if args.json else out.print_json(json.dumps(detail.to_dict()))
+    elif action == "judge":
+        judged = engine.replace_evaluation_judgments(args.case_id, args.expected_version, json.loads(_read(args.file)))
+        if args.json:
+            _emit_json(judged.to_dict())
+        else:
+            out.print(f"case {args.case_id}: judgments version {judged.version} ({len(judged.judgments)} judgments)")
+    elif action == "review":
+        case = service.mark_reviewed(args.case_id, args.expected_version)
+        _emit_json(case.to_dict()) if args.json else out.print(f"case {case.case_id} reviewed")
+    elif action == "report":
+        report = engine.evaluation_report(args.project, args.cases)
+        if args.json:
+            _emit_json(report.to_dict())
+        else:
+            for item in report_tables(report):
+                out.print(item)
+    elif action == "export":
+        data = engine.export_evaluation_set(project_id=args.project, with_history=args.with_history)
+        if args.out == "-":
+            sys.stdout.buffer.write(data)
+        else:
+            Path(args.out).write_bytes(data)
+            out.print(f"wrote {args.out} ({len(data):,} bytes)")
+    elif action == "import":
+        result = engine.import_evaluation_set(_read(args.file))
+        _emit_json(result.to_dict()) if args.json else out.print(result.to_dict())
+    elif action == "import-beir":
+        from memory_core.beir import import_beir
+
+        result = import_beir(
+            service, _workspace(engine, home), args.folder, args.project, split=args.split, reviewed=args.reviewed
+        )
+        if args.json:
+            _emit_json(result.to_dict())
+        else:
+            out.print(f"imported {result.created} cases ({result.resumed} resumed) into project {result.project_id}")
+            for item in report_tables(result.report):
+                out.print(item)
+    elif action == "replay":
+        from memory_core.fixture import load_fixture
+        from memory_core.replay import replay
+
+        result = replay(
+            load_fixture(_read(args.fixture)),
+            _workspace(engine, home),
+            max_drop=args.max_drop,
+            include_unreviewed=args.include_unreviewed,
+        )
+        if args.json:
+            _emit_json(result.to_dict())
+        else:
+            out.print(result.to_dict())
+        return 0 if result.passed else 1
+    return 0

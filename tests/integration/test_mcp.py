@@ -1,0 +1,171 @@
+"""``memcore mcp`` driven by the official MCP stdio client, against real components: the MCP
+server subprocess starts the home's daemon on demand, forwards ``activate_memory`` to it, and
+every answer is a Run the daemon serves back through ``get_retrieval_run``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from memory_core.entrypoints import mcp_server
+from memory_core.entrypoints.daemon import api, paths
+from memory_core.entrypoints.daemon.client import DaemonClient
+from memory_core.model import Source
+from tests.daemon.test_launcher import stop_daemon
+from tests.daemon.test_server import memory_folder
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = ROOT / "contracts" / "mcp-activate_memory.schema.json"
+QUESTION = "how do I roll back a deploy?"
+
+
+# -- the committed schema ---------------------------------------------------------------------
+def test_the_committed_tool_schema_is_current() -> None:
+    assert mcp_server.default_schema_path() == SCHEMA
+    assert SCHEMA.read_text(encoding="utf-8") == mcp_server.render_schema(), (
+        "contracts/mcp-activate_memory.schema.json drifted: run `memcore contracts generate`"
+    )
+
+
+def test_the_tool_schemas_are_valid_and_self_contained() -> None:
+    import jsonschema
+    from referencing import Registry
+
+    input_schema, output_schema = mcp_server.tool_schemas()
+    for schema in (input_schema, output_schema):
+        jsonschema.Draft202012Validator.check_schema(schema)
+        assert schema["type"] == "object"
+        assert "#/components/" not in json.dumps(schema)
+    inputs = jsonschema.Draft202012Validator(input_schema, registry=Registry())
+    assert inputs.is_valid({"project": "notes", "query": "rollback"})
+    assert inputs.is_valid({"project": "notes", "query": "q", "budget": 500, "activation_state": {"units": []}})
+    for bad in ({"query": "q"}, {"project": "notes"}, {"project": "notes", "query": "q", "project_id": "x"},
+                {"project": "notes", "query": "q", "budget": "many"},
+                {"project": "notes", "query": "q", "activation_state": {"units": [{"unit_id": "a"}]}}):
+        assert not inputs.is_valid(bad), bad
+    assert set(input_schema["required"]) == {"project", "query"}
+    example = json.loads((ROOT / "contracts" / "examples" / "activate_memory.response.json").read_text())
+    jsonschema.Draft202012Validator(output_schema, registry=Registry()).validate(example)
+    fragment = output_schema["$defs"]["Fragment"]["properties"]
+    assert {"unit_id", "resource_id", "uri", "heading_path", "text", "token_count", "delta_action",
+            "final_score"} <= set(fragment)
+    assert {"fragments", "activation_state", "run_id", "revisions", "totals"} <= set(output_schema["required"])
+
+
+def test_bad_arguments_are_refused_before_any_daemon_is_started(tmp_path: Path) -> None:
+    forwarder = mcp_server.Forwarder(tmp_path / "home", start_timeout_s=1)
+    with pytest.raises(api.InvalidRequest, match=r"'query' is a required property"):
+        forwarder.activate({"project": "notes"})
+    with pytest.raises(api.InvalidRequest, match=r"@ \$\.budget"):
+        forwarder.activate({"project": "notes", "query": "q", "budget": 0})
+    assert not (tmp_path / "home").exists()
+
+
+# -- the real thing ---------------------------------------------------------------------------
+async def drive(home: Path, memory: Path, stderr: Path) -> dict[str, Any]:
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    seen: dict[str, Any] = {"stray": []}
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, Exception):  # a line on stdout that is not JSON-RPC
+            seen["stray"].append(repr(message))
+
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "memory_core", "--home", str(home), "mcp", "--log-level", "info"],
+        cwd=str(ROOT),
+        env={"TMPDIR": str(home.parent / "tmp"), "PYTHONUNBUFFERED": "1"},
+    )
+    with stderr.open("w") as errlog:
+        async with stdio_client(server, errlog=errlog) as (read, write), \
+                ClientSession(read, write, message_handler=on_message) as session:
+            await session.initialize()
+            seen["tools"] = (await session.list_tools()).tools
+            assert paths.read_info(home) is None, "listing tools must not start the daemon"
+
+            # The first call starts the daemon; the project does not exist yet.
+            started = time.perf_counter()
+            seen["missing"] = await session.call_tool("activate_memory", {"project": "notes", "query": QUESTION})
+            seen["start_s"] = time.perf_counter() - started
+            with DaemonClient.for_home(home) as client:  # a person adds and indexes the project
+                client.add_project("notes", [Source(str(memory))])
+                client.index_project("notes")
+                client.add_project("later", [Source(str(memory))])
+
+            seen["first"] = await session.call_tool("activate_memory", {"project": "notes", "query": QUESTION})
+            state = seen["first"].structured_content["activation_state"]
+            seen["second"] = await session.call_tool(
+                "activate_memory", {"project": "notes", "query": QUESTION, "activation_state": state}
+            )
+            seen["invalid"] = await session.call_tool("activate_memory", {"project": "notes", "budget": "x"})
+            seen["not_indexed"] = await session.call_tool("activate_memory", {"project": "later", "query": "q"})
+    return seen
+
+
+@pytest.mark.slow
+def test_an_agent_activates_memory_through_mcp(tmp_path: Path) -> None:
+    home, memory = tmp_path / "home", memory_folder(tmp_path / "memory")
+    (tmp_path / "tmp").mkdir()
+    try:
+        seen = anyio.run(drive, home, memory, tmp_path / "mcp.stderr")
+        info = paths.read_info(home)
+        assert info is not None, "the MCP server did not start a daemon"
+        log = (tmp_path / "mcp.stderr").read_text()
+
+        # One tool, with the committed schemas.
+        committed = json.loads(SCHEMA.read_text())
+        (tool,) = seen["tools"]
+        assert tool.name == "activate_memory" and tool.description == committed["toolDescription"]
+        assert tool.input_schema == committed["inputSchema"] and tool.output_schema == committed["outputSchema"]
+
+        # Errors are tool results with the daemon's stable code, not protocol failures.
+        missing = seen["missing"]
+        assert missing.is_error and missing.structured_content["error"]["code"] == "project_not_found"
+        assert seen["invalid"].is_error and seen["invalid"].structured_content["error"]["code"] == "invalid_request"
+        assert "'query' is a required property" in seen["invalid"].content[0].text
+        not_indexed = seen["not_indexed"].structured_content["error"]
+        assert not_indexed["code"] == "project_not_indexed" and not_indexed["details"]["run_id"]
+
+        # Fragments, delta actions and run ids; the second call reuses what the first sent.
+        first, second = seen["first"].structured_content, seen["second"].structured_content
+        assert not seen["first"].is_error and json.loads(seen["first"].content[0].text) == first
+        assert first["fragments"] and {f["delta_action"] for f in first["fragments"]} == {"add"}
+        assert first["fragments"][0]["resource_id"] == "runbooks/deploy.md"
+        assert all(f["text"] for f in first["fragments"])
+        assert {f["delta_action"] for f in second["fragments"]} == {"reuse"}
+        assert all(f["text"] is None for f in second["fragments"])
+        assert first["run_id"] and second["run_id"] and first["run_id"] != second["run_id"]
+
+        # Both Runs are the daemon's, and their selected candidates are the fragments returned.
+        with DaemonClient.for_home(home) as client:
+            status = client.runtime_status()
+            assert status.pid == info.pid and status.home == str(home)
+            failed = client.get_retrieval_run(not_indexed["details"]["run_id"]).summary
+            assert failed.status == "failed" and failed.error_code == "project_not_indexed"
+            for answer in (first, second):
+                detail = client.get_retrieval_run(answer["run_id"])
+                assert detail.summary.status == "succeeded" and detail.summary.query == QUESTION
+                selected = [c for c in detail.candidates if c.disposition == "selected"]
+                assert [(c.unit_id, c.unit_hash, c.delta_action, c.final_rank) for c in selected] == [
+                    (f["unit_id"], f["unit_hash"], f["delta_action"], f["final_rank"]) for f in answer["fragments"]
+                ]
+
+        # Stdout carried the protocol only; the logs went to stderr.
+        assert seen["stray"] == []
+        calls = [json.loads(line) for line in log.splitlines() if line.startswith("{") and '"call"' in line]
+        assert [c["code"] for c in calls] == ["project_not_found", "ok", "ok", "invalid_request", "project_not_indexed"]
+        # The daemon outlives the MCP server (detached, its own session and log).
+        assert (home / "run" / "daemon.log").exists()
+        assert oct((home / "run" / "daemon.log").stat().st_mode & 0o777) == "0o600"
+    finally:
+        if paths.read_info(home) is not None:
+            stop_daemon(home)
+    assert not paths.default_socket_path(home).exists()
