@@ -81,9 +81,8 @@ def report_tables(report: Any) -> list[Any]:
         f"{report.case_count} cases ({report.reviewed_cases} reviewed); project {report.project_id or 'all'}"
     ]
     for level_name, level in report.levels.items():
-        table = Table(
-            title=f"{level_name} level: {level.judged_cases} judged cases, {level.unjudged_cases} without relevant items"
-        )
+        judged = f"{level.judged_cases} judged cases, {level.unjudged_cases} without relevant items"
+        table = Table(title=f"{level_name} level: {judged}")
         metrics = list(next(iter(level.variants.values())).keys()) if level.variants else []
         table.add_column("variant")
         for m in metrics:
