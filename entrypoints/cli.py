@@ -80,10 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("run_id")
     rs.add_argument("--rows", type=int, default=25)
     rs.add_argument("--json", action="store_true")
-    rc = runs.add_parser("clear", help="delete unpinned Runs (Clear History) and unreferenced blobs")
-    scope = rc.add_mutually_exclusive_group(required=True)
-    scope.add_argument("--project")
-    scope.add_argument("--all", action="store_true")
+    rc = runs.add_parser("clear", help="Clear History: delete unpinned Runs and unreferenced blobs")
+    rc.add_argument("--project", help="only this project's Runs (default: every project)")
+    rc.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     rc.add_argument("--json", action="store_true")
 
     from memory_core.entrypoints import eval_commands

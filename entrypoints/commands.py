@@ -13,10 +13,16 @@ from memory_core.engine import Engine
 from memory_core.entrypoints import render, wire
 from memory_core.entrypoints.bootstrap import bootstrap
 from memory_core.entrypoints.cli import _emit_json, _parse_source
-from memory_core.errors import InvalidActivationState
+from memory_core.errors import InvalidActivationState, InvalidRequest
 from memory_core.indexing import Progress
 from memory_core.model import Layer
 from memory_core.recording import RunFilter
+
+# Commands that build their own embedded engine even when a daemon runs (both processes share
+# the home's database safely). The demo drives an Engine itself. ``eval import-beir`` and
+# ``eval replay`` read local files and index projects for minutes with a progress bar: through the
+# daemon's one serialised engine they would block every agent's activation meanwhile.
+EMBEDDED_ONLY = frozenset({("demo", None), ("eval", "import-beir"), ("eval", "replay")})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,9 +30,7 @@ def run(args: argparse.Namespace) -> int:
     key = (args.command, getattr(args, "action", None))
     handler = HANDLERS[key]
     engine: Any = None
-    # The demo drives an embedded Engine itself; evaluation commands are embedded until the
-    # daemon serves them (both processes share the home's database safely).
-    if args.command not in ("demo", "eval"):
+    if key not in EMBEDDED_ONLY:
         from memory_core.entrypoints.client_engine import ClientEngine
 
         engine = ClientEngine.running(args.home)
@@ -159,8 +163,20 @@ def runs_show(engine: Engine, args: argparse.Namespace) -> int:
     return 0
 
 
+def confirm(question: str) -> bool:
+    import sys
+
+    if not sys.stdin.isatty():
+        raise InvalidRequest("refusing to clear history without confirmation: pass --yes")
+    return input(f"{question} [y/N] ").strip().lower() in {"y", "yes"}
+
+
 def runs_clear(engine: Engine, args: argparse.Namespace) -> int:
-    report = engine.clear_runs(None if args.all else args.project)
+    scope = f"project {args.project!r}" if args.project else "every project"
+    if not args.yes and not confirm(f"Delete the unpinned Retrieval Runs of {scope}?"):
+        render.console().print("nothing deleted")
+        return 0
+    report = engine.clear_runs(args.project)
     if args.json:
         _emit_json(wire.to_json(report))
     else:

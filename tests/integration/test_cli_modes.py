@@ -72,7 +72,7 @@ def session(home: Path, memory: Path, state: Path) -> dict[str, Any]:
     out["unknown project"] = [missing.returncode, missing.stderr.split(":")[0]]
     unindexed = memcore(home, "runs", "show", "01NOSUCHRUN", check=False)
     out["unknown run"] = [unindexed.returncode, unindexed.stderr.split(":")[0]]
-    j("runs clear", "runs", "clear", "--project", "notes")
+    j("runs clear", "runs", "clear", "--project", "notes", "--yes")
     j("project remove", "project", "remove", "notes")
     return out
 

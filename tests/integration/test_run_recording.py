@@ -159,3 +159,34 @@ def test_interrupted_run_is_recovered_on_start(tmp_path: Path) -> None:
         ).stdout
     )
     assert detail["candidates"] == []  # no partial trace survives
+
+
+def test_two_processes_activating_at_once_each_get_exactly_one_run(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# Deploy\n\nUse helm upgrade.\n\n## Rollback\n\nUse helm rollback.\n")
+    engine = bootstrap(home)
+    engine.add_project("notes", [Source(str(notes))])
+    engine.index("notes")
+    engine.close()
+    code = (
+        "import json, sys\n"
+        "from memory_core.entrypoints.bootstrap import bootstrap\n"
+        f"engine = bootstrap({str(home)!r})\n"
+        "ids = [engine.activate('notes', f'rollback {i} ' + sys.argv[1]).response.run_id for i in range(15)]\n"
+        "print(json.dumps(ids))\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, tag], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        for tag in ("first", "second")
+    ]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    ids = [run_id for out in outputs for run_id in json.loads(out)]
+    assert len(ids) == 30 and None not in ids and len(set(ids)) == 30
+    engine = bootstrap(home)
+    stored = engine.list_runs(RunFilter(project_id="notes"), limit=100).runs
+    assert sorted(r.run_id for r in stored) == sorted(ids)
+    assert all(r.status == "succeeded" for r in stored)
+    engine.close()
