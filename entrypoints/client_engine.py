@@ -5,6 +5,13 @@ The handlers cannot tell the difference, so every command behaves the same in bo
 the daemon's warm indexes and models. One difference is by nature: ``activate`` gets the ranked
 candidates back from the Run the daemon recorded (``CandidateRecord`` values in final order, the
 fields the stage table and ``--json`` show), not the live pipeline objects.
+
+Evaluation Sets: ``evaluations()`` answers what ``memcore eval`` asks of ``EvaluationService``
+(cases, show, review) and the engine-level methods (case from a Run, judgments, report, export,
+import) go to the daemon's methods, returning the engine's own values. ``eval import-beir`` and
+``eval replay`` stay embedded (``commands.run``): they read local files, index throwaway or new
+projects for minutes and report progress, which the daemon's one serialised engine would spend
+blocking every agent's activation.
 """
 
 from __future__ import annotations
@@ -16,6 +23,9 @@ from typing import Any
 from memory_core.activation_state import ActivationState
 from memory_core.engine import Activation, ProjectInfo
 from memory_core.entrypoints.daemon.client import DaemonClient
+from memory_core.evaluation import Case, CaseDetail, JudgmentSet
+from memory_core.evaluation_report import Report
+from memory_core.fixture import ImportResult
 from memory_core.indexing import IndexReport, Progress
 from memory_core.model import Project, Source
 from memory_core.recording import ClearReport, RunDetail, RunFilter, RunPage
@@ -78,5 +88,55 @@ class ClientEngine:
             return self.client.clear_retrieval_runs(all=True)
         return self.client.clear_retrieval_runs(project_id)
 
+    # -- Evaluation Sets (Engine's names) ---------------------------------------------------
+    def evaluations(self) -> DaemonEvaluations:
+        return DaemonEvaluations(self.client)
+
+    def create_evaluation_case(self, run_id: str) -> Case:
+        return self.client.create_evaluation_case(run_id)
+
+    def replace_evaluation_judgments(
+        self, case_id: str, expected_judgment_version: int, judgments: object
+    ) -> JudgmentSet:
+        return self.client.replace_evaluation_judgments(case_id, expected_judgment_version, judgments)
+
+    def evaluation_report(self, project_id: str | None = None, case_ids: Sequence[str] | None = None) -> Report:
+        return self.client.evaluation_report(project_id, case_ids).to_report()
+
+    def export_evaluation_set(self, *, project_id: str | None = None, with_history: bool = False) -> bytes:
+        return self.client.export_evaluation_set(project_id, with_history=with_history).to_bytes()
+
+    def import_evaluation_set(self, data: bytes | str | Mapping[str, Any]) -> ImportResult:
+        return self.client.import_evaluation_set(data)
+
     def close(self) -> None:
         self.client.close()
+
+
+class DaemonEvaluations:
+    """``EvaluationService``'s reading and reviewing methods over the daemon."""
+
+    def __init__(self, client: DaemonClient) -> None:
+        self.client = client
+
+    def get_case(self, case_id: str) -> Case:
+        return self.client.get_evaluation_case(case_id).case
+
+    def list_cases(self, project_id: str | None = None, case_ids: Sequence[str] | None = None) -> list[Case]:
+        return self.client.list_evaluation_cases(project_id, case_ids)
+
+    def show_case(self, case_id: str) -> CaseDetail:
+        d = self.client.get_evaluation_case(case_id)
+        return CaseDetail(d.case, d.trace, d.judgments, len(d.corpus.resources), d.metrics, d.missed_evidence)
+
+    def judgment_history(self, case_id: str) -> list[JudgmentSet]:
+        return list(self.client.get_evaluation_case(case_id).judgment_history)
+
+    def replace_judgments(self, case_id: str, expected_judgment_version: int, judgments: object) -> JudgmentSet:
+        return self.client.replace_evaluation_judgments(case_id, expected_judgment_version, judgments)
+
+    def mark_reviewed(self, case_id: str, expected_judgment_version: int, reviewed: bool = True) -> Case:
+        return self.client.mark_evaluation_reviewed(case_id, expected_judgment_version, reviewed)
+
+    def report(self, project_id: str | None = None, case_ids: Sequence[str] | None = None) -> Report:
+        return self.client.evaluation_report(project_id, case_ids).to_report()

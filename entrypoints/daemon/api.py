@@ -10,19 +10,41 @@ and unknown fields are errors.
 from __future__ import annotations
 
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
 import cattrs
 from cattrs.cols import homogenous_tuple_structure_factory, list_structure_factory, mapping_structure_factory
-from cattrs.gen import make_dict_structure_fn
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
 from memory_core.activation_state import ActivationState
 from memory_core.engine import ActivationResponse, Fragment, ProjectInfo
 from memory_core.errors import InvalidRequest, MemoryCoreError
+from memory_core.evaluation import (
+    CASE_ID_RE,
+    MAX_JUDGMENTS,
+    MAX_NOTE_CHARS,
+    PROVENANCES,
+    Case,
+    Corpus,
+    Judgment,
+    JudgmentSet,
+    SourceTrace,
+    parse_judgments,
+)
+from memory_core.evaluation_errors import InvalidJudgments
+from memory_core.evaluation_report import (
+    REPORT_VERSION,
+    LatencyReport,
+    LevelReport,
+    MissedEvidence,
+    Report,
+)
+from memory_core.fixture import FORMAT, FORMAT_VERSION, dump
 from memory_core.indexing import IndexReport
-from memory_core.model import PROJECT_ID_RE, Generation, IndexRevisions, Layer, Project, Source
+from memory_core.metrics import MAX_RELEVANCE
+from memory_core.model import PROJECT_ID_RE, Generation, IndexRevisions, Layer, ManifestEntry, Project, Source
 from memory_core.profile import MAX_BUDGET, MAX_QUERY_CHARS, MIN_BUDGET
 from memory_core.recording import (
     FAILED,
@@ -36,8 +58,10 @@ from memory_core.recording import (
     RunSummary,
 )
 
-API_VERSION = "1.0.0"
+API_VERSION = "1.1.0"  # 1.1: Evaluation Set methods
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a 10,000-unit activation state is about 0.9 MiB
+# import_evaluation_set carries whole fixtures (corpus bodies included): its own, larger limit.
+MAX_IMPORT_BODY_BYTES = 256 << 20
 
 
 # -- errors the transport adds to the domain's ------------------------------------------------
@@ -271,6 +295,267 @@ class ClearRetrievalRunsRequest:
     )
 
 
+# -- Evaluation Sets: requests ----------------------------------------------------------------
+_CASE_ID = {"pattern": CASE_ID_RE.pattern, "description": "an Evaluation Case id"}
+MAX_CORPUS_PAGE = 200
+MAX_SEARCH_CHARS = 500
+
+
+@attrs.frozen
+class CreateEvaluationCaseRequest:
+    """Freeze a succeeded Run as an Evaluation Case (pins the Run); again for the same Run gives the same case."""
+
+    run_id: str
+
+
+@attrs.frozen
+class ListEvaluationCasesRequest:
+    """Every case, a project's, or the chosen ones (unknown ids are evaluation_case_not_found)."""
+
+    project_id: str | None = None
+    case_ids: tuple[str, ...] | None = attrs.field(
+        default=None, metadata={"schema": {"description": "only these cases (with project_id: those of it)"}}
+    )
+
+
+@attrs.frozen
+class GetEvaluationCaseRequest:
+    case_id: str = attrs.field(metadata={"schema": _CASE_ID})
+
+
+@attrs.frozen
+class SearchCorpusResourcesRequest:
+    """A page of a case's frozen corpus: resources whose id or body contains text (any case).
+
+    In manifest order; without ``text``, every resource. A call reads a bounded amount of bodies,
+    so a page may hold fewer than ``limit`` matches while ``next_cursor`` is not null."""
+
+    case_id: str = attrs.field(metadata={"schema": _CASE_ID})
+    text: str | None = attrs.field(default=None, metadata={"schema": {"maxLength": MAX_SEARCH_CHARS}})
+    limit: int = attrs.field(default=20, metadata={"schema": {"minimum": 1, "maximum": MAX_CORPUS_PAGE}})
+    cursor: str | None = attrs.field(
+        default=None, metadata={"schema": {"description": "next_cursor of the previous page"}}
+    )
+
+
+@attrs.frozen
+class JudgmentInput:
+    """One judgment: relevance 0-3 of exactly one target, given as unit_id or resource_id.
+
+    ``unit_id`` names a unit of the source trace, ``resource_id`` a resource of the frozen corpus
+    (a relevant resource the Run did not select is missed evidence)."""
+
+    relevance: int = attrs.field(metadata={"schema": {"minimum": 0, "maximum": MAX_RELEVANCE}})
+    unit_id: str | None = attrs.field(default=None, metadata={"schema": {"type": "string", "minLength": 1}})
+    resource_id: str | None = attrs.field(default=None, metadata={"schema": {"type": "string", "minLength": 1}})
+    note: str | None = attrs.field(default=None, metadata={"schema": {"maxLength": MAX_NOTE_CHARS}})
+
+    @classmethod
+    def of(cls, judgment: Judgment) -> JudgmentInput:
+        return cls(judgment.relevance, judgment.unit_id, judgment.resource_id, judgment.note)
+
+    def to_judgment(self) -> Judgment:
+        return Judgment(self.relevance, self.unit_id, self.resource_id, self.note)
+
+
+@attrs.frozen
+class ReplaceEvaluationJudgmentsRequest:
+    """Replace a case's whole judgment set (compare-and-set on its version)."""
+
+    case_id: str = attrs.field(metadata={"schema": _CASE_ID})
+    expected_judgment_version: int = attrs.field(
+        metadata={"schema": {"minimum": 0, "description": "the version you edited (0: none yet)"}}
+    )
+    judgments: tuple[JudgmentInput, ...] = attrs.field(metadata={"schema": {"maxItems": MAX_JUDGMENTS}})
+
+
+@attrs.frozen
+class MarkEvaluationReviewedRequest:
+    """Record that a person reviewed (or, with ``reviewed: false``, un-reviewed) the current judgments."""
+
+    case_id: str = attrs.field(metadata={"schema": _CASE_ID})
+    expected_judgment_version: int = attrs.field(metadata={"schema": {"minimum": 0}})
+    reviewed: bool = True
+
+
+@attrs.frozen
+class EvaluationReportRequest:
+    """The B1-B4 report of every case, a project's, or the chosen ones."""
+
+    project_id: str | None = None
+    case_ids: tuple[str, ...] | None = None
+
+
+@attrs.frozen
+class ExportEvaluationSetRequest:
+    """The self-contained fixture of every case, a project's, or the chosen ones."""
+
+    project_id: str | None = None
+    case_ids: tuple[str, ...] | None = None
+    with_history: bool = attrs.field(
+        default=False, metadata={"schema": {"description": "include earlier judgment versions"}}
+    )
+
+
+@attrs.frozen
+class EvaluationFixture:
+    """An evaluation fixture document, passed whole: the wire value is the document itself.
+
+    Its JSON Schema is ``contracts/evaluation-fixture.schema.json``."""
+
+    document: Mapping[str, Any]
+
+    def to_bytes(self) -> bytes:
+        """The file ``memcore eval export`` writes: canonical JSON and a newline."""
+        return dump(self.document)
+
+
+@attrs.frozen
+class ImportEvaluationSetRequest:
+    """Import a fixture: every hash verified first; all or nothing."""
+
+    fixture: EvaluationFixture
+
+
+# -- Evaluation Sets: responses ---------------------------------------------------------------
+@attrs.frozen
+class EvaluationCaseList:
+    cases: tuple[Case, ...]
+
+
+CaseMetricsWire = dict[str, dict[str, dict[str, float | None]]]  # level -> variant -> metric -> value
+
+
+@attrs.frozen
+class EvaluationCaseDetail:
+    """A case with what a reviewer needs: trace, frozen corpus manifest, judgments, history, metrics."""
+
+    case: Case
+    trace: SourceTrace
+    corpus: Corpus = attrs.field(
+        metadata={"schema": {"description": "the frozen manifest (bodies: search_corpus_resources)"}}
+    )
+    judgments: JudgmentSet = attrs.field(metadata={"schema": {"description": "the current version (0: none yet)"}})
+    judgment_history: tuple[JudgmentSet, ...] = attrs.field(
+        metadata={"schema": {"description": "every stored version, ascending (the last is the current one)"}}
+    )
+    metrics: CaseMetricsWire = attrs.field(
+        metadata={"schema": {"description": "level (unit, resource) -> variant (b1_bm25 .. b4_reranked) -> metric"}}
+    )
+    missed_evidence: tuple[MissedEvidence, ...]
+
+
+MATCH_KINDS = ("resource_id", "body")
+
+
+@attrs.frozen
+class CorpusResourceMatch:
+    resource: ManifestEntry
+    matched_in: str | None = attrs.field(
+        metadata={"schema": {"enum": [*MATCH_KINDS, None], "description": "null when no text was given"}}
+    )
+    snippet: str | None = attrs.field(metadata={"schema": {"description": "body text around the first match"}})
+    retrieved: bool = attrs.field(metadata={"schema": {"description": "a unit of it is in the source trace"}})
+    selected: bool = attrs.field(metadata={"schema": {"description": "the source Run selected a unit of it"}})
+
+
+@attrs.frozen
+class CorpusResourcePage:
+    case_id: str
+    corpus_id: str
+    total_resources: int
+    resources: tuple[CorpusResourceMatch, ...]
+    next_cursor: str | None
+
+
+@attrs.frozen
+class MissedEvidenceSummary:
+    counts: dict[str, int]
+    items: tuple[MissedEvidence, ...]
+
+
+@attrs.frozen
+class EvaluationReport:
+    """The B1-B4 report: the document ``Report.to_dict`` writes, typed."""
+
+    report_version: int = attrs.field(metadata={"schema": {"const": REPORT_VERSION}})
+    project_id: str | None
+    cases: int
+    reviewed_cases: int
+    levels: dict[str, LevelReport] = attrs.field(metadata={"schema": {"description": "unit and resource level"}})
+    latency_ms: LatencyReport
+    missed_evidence: MissedEvidenceSummary
+    per_case: dict[str, CaseMetricsWire] = attrs.field(
+        metadata={"schema": {"description": "case id -> level -> variant -> recall@20, ndcg@10, mrr"}}
+    )
+
+    @classmethod
+    def of(cls, report: Report) -> EvaluationReport:
+        doc = report.to_dict()
+        return cls(
+            report_version=doc["report_version"],
+            project_id=report.project_id,
+            cases=report.case_count,
+            reviewed_cases=report.reviewed_cases,
+            levels=dict(report.levels),
+            latency_ms=report.latency,
+            missed_evidence=MissedEvidenceSummary(report.missed_counts(), report.missed),
+            per_case=doc["per_case"],
+        )
+
+    def to_report(self) -> Report:
+        """The engine's value (its ``per_case`` keeps the judged metrics the document carries)."""
+        return Report(
+            project_id=self.project_id,
+            case_count=self.cases,
+            reviewed_cases=self.reviewed_cases,
+            levels=self.levels,
+            latency=self.latency_ms,
+            missed=self.missed_evidence.items,
+            per_case=self.per_case,
+        )
+
+
+# -- wire shapes beyond plain attrs records (the converter and the OpenAPI builder share them) --
+# Read-only properties a response carries besides the fields; a decoder checks and drops them.
+COMPUTED: dict[type, dict[str, tuple[type, str]]] = {
+    Case: {"reviewed": (bool, "a person reviewed the current judgment version (only those may gate)")},
+}
+# Keywords added to a component's schema.
+_SHA256 = {"pattern": "^[0-9a-f]{64}$"}
+SCHEMA_EXTRA: dict[type, dict[str, Any]] = {  # "properties" merge into the fields' own schemas
+    JudgmentInput: {"oneOf": [{"required": ["unit_id"]}, {"required": ["resource_id"]}]},
+    Case: {"properties": {"provenance": {"enum": list(PROVENANCES)}, "original_provenance": {"enum": list(PROVENANCES)},
+                          "corpus_id": _SHA256, "trace_hash": _SHA256, "judgment_version": {"minimum": 0}}},
+    Judgment: {"properties": {"relevance": {"minimum": 0, "maximum": MAX_RELEVANCE}}},
+    JudgmentSet: {"properties": {"version": {"minimum": 0}}},
+    ManifestEntry: {"properties": {"resource_hash": _SHA256}},
+    Corpus: {"properties": {"corpus_id": _SHA256}},
+}
+# Values sent as one JSON object, whole; validated by the engine, not field by field.
+_FIXTURE_REQUIRED = ["format", "format_version", "exported_at", "metric_conventions", "corpora", "bodies", "cases",
+                     "report"]
+DOCUMENT_SCHEMAS: dict[type, dict[str, Any]] = {
+    EvaluationFixture: {
+        "type": "object",
+        "title": "EvaluationFixture",
+        "description": "An evaluation fixture document (full JSON Schema: contracts/evaluation-fixture.schema.json).",
+        "properties": {
+            "format": {"const": FORMAT},
+            "format_version": {"const": FORMAT_VERSION},
+            "exported_at": {"type": "string"},
+            "metric_conventions": {"type": "object"},
+            "corpora": {"type": "array", "items": {"type": "object"}},
+            "bodies": {"type": "array", "items": {"type": "object"}},
+            "cases": {"type": "array", "items": {"type": "object"}},
+            "report": {"type": ["object", "null"], "description": "the report at export (EvaluationReport)"},
+        },
+        "required": _FIXTURE_REQUIRED,
+        "additionalProperties": False,
+    },
+}
+
+
 # -- responses the engine has no value for ----------------------------------------------------
 @attrs.frozen
 class RuntimeStatus:
@@ -355,7 +640,57 @@ def make_converter() -> cattrs.Converter:
     conv.register_structure_hook(ActivationState, lambda value, _: ActivationState.from_json(value))
     conv.register_unstructure_hook(ActivationState, lambda s: s.to_json())
     conv.register_unstructure_hook(tuple, lambda t: [conv.unstructure(x) for x in t])
+    for cls, computed in COMPUTED.items():
+        _register_computed(conv, cls, computed, classes(cls))
+    # Judgments are checked as the engine checks a judgment file, so every problem of a set is
+    # one invalid_judgments error listing {index, field, reason}, whatever the problem.
+    conv.register_structure_hook_func(lambda t: t == tuple[JudgmentInput, ...], _structure_judgments)
+    conv.register_unstructure_hook(
+        JudgmentInput, lambda j: {k: v for k, v in attrs.asdict(j).items() if v is not None}
+    )
+    for cls in DOCUMENT_SCHEMAS:
+        conv.register_structure_hook(cls, _document_hook(cls))
+        conv.register_unstructure_hook(cls, lambda d: d.document)
     return conv
+
+
+def _register_computed(
+    conv: cattrs.Converter, cls: type, computed: dict[str, tuple[type, str]], structure_fields: Any
+) -> None:
+    unstructure_fields: Callable[[Any], dict[str, Any]] = make_dict_unstructure_fn(cls, conv)
+
+    def unstructure(value: Any) -> dict[str, Any]:
+        return {**unstructure_fields(value), **{name: getattr(value, name) for name in computed}}
+
+    def structure(raw: Any, tp: Any) -> Any:
+        raw = _strict(dict, "an object")(raw, tp)
+        given: dict[str, Any] = {
+            name: conv.structure(raw[name], kind) for name, (kind, _) in computed.items() if name in raw
+        }
+        missing = sorted(set(computed) - set(given))
+        if missing:
+            raise ValueError(f"missing read-only field(s) {', '.join(missing)} of {cls.__name__}")
+        value = structure_fields({k: v for k, v in raw.items() if k not in computed}, tp)
+        for name, said in given.items():
+            if getattr(value, name) != said:
+                raise ValueError(f"{cls.__name__}.{name} is {said!r} but its fields say {getattr(value, name)!r}")
+        return value
+
+    conv.register_unstructure_hook(cls, unstructure)
+    conv.register_structure_hook(cls, structure)
+
+
+def _structure_judgments(raw: Any, _: Any) -> tuple[JudgmentInput, ...]:
+    if not isinstance(raw, list):
+        raise InvalidJudgments(
+            "judgments must be a list", problems=[{"index": None, "field": "judgments", "reason": "not a list"}]
+        )
+    return tuple(JudgmentInput.of(j) for j in parse_judgments(raw))
+
+
+def _document_hook(cls: type) -> Callable[[Any, Any], Any]:
+    check = _strict(dict, "an object")
+    return lambda raw, tp: cls(check(raw, tp))
 
 
 def _domain_error(exc: BaseException) -> MemoryCoreError | None:
@@ -399,6 +734,7 @@ def unstructure(conv: cattrs.Converter, value: Any) -> Any:
 __all__ = [
     "API_VERSION",
     "MAX_BODY_BYTES",
+    "MAX_IMPORT_BODY_BYTES",
     "STATUS_BY_CODE",
     "ActivationResponse",
     "CandidateRecord",

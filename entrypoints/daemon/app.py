@@ -26,6 +26,7 @@ from . import api, dispatch
 
 log = logging.getLogger("memory_core.daemon")
 JSON = "application/json"
+PARSE_INLINE_BYTES = 1 << 20
 
 
 def _dumps(value: Any) -> bytes:
@@ -64,16 +65,26 @@ async def read_json(request: Request, limit: int) -> Any:
             raise api.RequestTooLarge(f"request body is larger than {limit} bytes", limit=limit)
     if not body:
         return {}
+    if len(body) > PARSE_INLINE_BYTES:  # a fixture: seconds of parsing, off the event loop
+        return await anyio.to_thread.run_sync(_parse, bytes(body))
+    return _parse(bytes(body))
+
+
+def _parse(body: bytes) -> Any:
     try:
-        return json.loads(bytes(body), parse_constant=_reject_constant)
+        return json.loads(body, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise api.InvalidJson(f"request body is not valid JSON: {exc}") from None
 
 
 def create_app(context: dispatch.Context, *, max_body_bytes: int = api.MAX_BODY_BYTES) -> Starlette:
-    """The daemon's app over an engine context (the caller owns and closes the engine)."""
+    """The daemon's app over an engine context (the caller owns and closes the engine).
+    ``max_body_bytes`` limits request bodies, except for a method with its own limit."""
     converter = api.make_converter()
     contract: dict[str, bytes] = {}
+
+    def encode(method: dispatch.Method, typed: Any) -> bytes:
+        return _dumps(api.unstructure(converter, context.call(method, typed)))
 
     async def call(request: Request) -> Response:
         started = time.perf_counter()
@@ -84,12 +95,13 @@ def create_app(context: dispatch.Context, *, max_body_bytes: int = api.MAX_BODY_
             if request.method == "GET" and method.allow_get:
                 raw: Any = {}
             elif request.method == "POST":
-                raw = await read_json(request, max_body_bytes)
+                raw = await read_json(request, method.max_body_bytes or max_body_bytes)
             else:
                 raise api.MethodNotAllowed(f"{request.method} is not allowed; use POST", method=request.method)
             typed = api.structure(converter, raw, method.request)
-            result = await anyio.to_thread.run_sync(partial(context.call, method, typed))
-            response = json_response(api.unstructure(converter, result))
+            # Encoding runs in the worker too: an exported fixture is megabytes of JSON.
+            body = await anyio.to_thread.run_sync(partial(encode, method, typed))
+            response = Response(body, media_type=JSON)
         except MemoryCoreError as exc:
             code = exc.code
             response = error_response(exc)

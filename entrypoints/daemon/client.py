@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from memory_core.activation_state import ActivationState
 from memory_core.engine import ActivationResponse, ProjectInfo
 from memory_core.errors import MemoryCoreError
+from memory_core.evaluation import Case, Judgment, JudgmentSet, parse_judgments
+from memory_core.fixture import ImportResult, parse_document
 from memory_core.indexing import IndexReport
 from memory_core.model import Source
 from memory_core.recording import ClearReport, RunDetail, RunFilter, RunPage
@@ -29,12 +31,15 @@ class DaemonClient:
     """One connection pool to one daemon. ``timeout`` bounds a whole call (``None``: no limit,
     as indexing a large project may take minutes)."""
 
-    def __init__(self, socket_path: str | os.PathLike[str], *, timeout: float | None = None) -> None:
+    def __init__(
+        self, socket_path: str | os.PathLike[str], *, timeout: float | None = None, http: Any | None = None
+    ) -> None:
         import httpx
 
         self.socket_path = Path(socket_path)
         self._httpx = httpx
-        self._http = httpx.Client(
+        # ``http``: an httpx.Client of the caller's (tests pass a Starlette TestClient on the app).
+        self._http = http or httpx.Client(
             transport=httpx.HTTPTransport(uds=str(self.socket_path)),
             base_url="http://localhost",
             timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_S),
@@ -73,7 +78,7 @@ class DaemonClient:
         method = dispatch.lookup(name)
         if not isinstance(request, method.request):
             raise TypeError(f"{name} takes {method.request.__name__}, not {type(request).__name__}")
-        payload = json.dumps(api.unstructure(self._converter, request), allow_nan=False).encode()
+        payload = json.dumps(api.unstructure(self._converter, request), allow_nan=False, separators=(",", ":")).encode()
         try:
             reply = self._http.post(f"/v1/{name}", content=payload, headers={"content-type": "application/json"})
         except self._httpx.TransportError as exc:
@@ -149,6 +154,62 @@ class DaemonClient:
         """Clear History of one project, or of every project with ``all=True``."""
         request = api.ClearRetrievalRunsRequest(project_id, all)
         return self.call("clear_retrieval_runs", request)  # type: ignore[no-any-return]
+
+    # -- Evaluation Sets ---------------------------------------------------------------------
+    def create_evaluation_case(self, run_id: str) -> Case:
+        return self.call("create_evaluation_case", api.CreateEvaluationCaseRequest(run_id))  # type: ignore[no-any-return]
+
+    def list_evaluation_cases(
+        self, project_id: str | None = None, case_ids: Iterable[str] | None = None
+    ) -> list[Case]:
+        request = api.ListEvaluationCasesRequest(project_id, None if case_ids is None else tuple(case_ids))
+        return list(self.call("list_evaluation_cases", request).cases)
+
+    def get_evaluation_case(self, case_id: str) -> api.EvaluationCaseDetail:
+        return self.call("get_evaluation_case", api.GetEvaluationCaseRequest(case_id))  # type: ignore[no-any-return]
+
+    def search_corpus_resources(
+        self, case_id: str, text: str | None = None, *, limit: int = 20, cursor: str | None = None
+    ) -> api.CorpusResourcePage:
+        request = api.SearchCorpusResourcesRequest(case_id, text, limit, cursor)
+        return self.call("search_corpus_resources", request)  # type: ignore[no-any-return]
+
+    def replace_evaluation_judgments(
+        self, case_id: str, expected_judgment_version: int, judgments: object
+    ) -> JudgmentSet:
+        """``judgments``: ``Judgment`` values, or a judgment file (``{"judgments": [...]}`` or its
+        list), checked here as the engine checks it (``InvalidJudgments`` before any call)."""
+        parsed: Sequence[Judgment] = parse_judgments(judgments)
+        request = api.ReplaceEvaluationJudgmentsRequest(
+            case_id, expected_judgment_version, tuple(api.JudgmentInput.of(j) for j in parsed)
+        )
+        return self.call("replace_evaluation_judgments", request)  # type: ignore[no-any-return]
+
+    def mark_evaluation_reviewed(self, case_id: str, expected_judgment_version: int, reviewed: bool = True) -> Case:
+        request = api.MarkEvaluationReviewedRequest(case_id, expected_judgment_version, reviewed)
+        return self.call("mark_evaluation_reviewed", request)  # type: ignore[no-any-return]
+
+    def evaluation_report(
+        self, project_id: str | None = None, case_ids: Iterable[str] | None = None
+    ) -> api.EvaluationReport:
+        request = api.EvaluationReportRequest(project_id, None if case_ids is None else tuple(case_ids))
+        return self.call("evaluation_report", request)  # type: ignore[no-any-return]
+
+    def export_evaluation_set(
+        self, project_id: str | None = None, *, case_ids: Iterable[str] | None = None, with_history: bool = False
+    ) -> api.EvaluationFixture:
+        """The fixture document; ``.to_bytes()`` is the file an embedded export writes."""
+        request = api.ExportEvaluationSetRequest(project_id, None if case_ids is None else tuple(case_ids),
+                                                 with_history)
+        return self.call("export_evaluation_set", request)  # type: ignore[no-any-return]
+
+    def import_evaluation_set(self, fixture: bytes | str | Mapping[str, Any] | api.EvaluationFixture) -> ImportResult:
+        """A fixture file's bytes (parsed here: malformed JSON is the engine's InvalidFixture) or
+        its document. The daemon accepts up to ``api.MAX_IMPORT_BODY_BYTES``."""
+        if isinstance(fixture, bytes | str):
+            fixture = parse_document(fixture)
+        document = fixture if isinstance(fixture, api.EvaluationFixture) else api.EvaluationFixture(dict(fixture))
+        return self.call("import_evaluation_set", api.ImportEvaluationSetRequest(document))  # type: ignore[no-any-return]
 
 
 def _error_from(body: Any, status: int) -> MemoryCoreError:

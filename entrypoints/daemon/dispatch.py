@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +16,8 @@ import attrs
 
 from memory_core.engine import ActivationResponse, Engine, ProjectInfo
 from memory_core.errors import (
+    BlobCorrupted,
+    BlobNotFound,
     EmptyProject,
     InvalidActivationState,
     InvalidBudget,
@@ -29,6 +32,19 @@ from memory_core.errors import (
     RunNotFound,
     SourceUnavailable,
 )
+from memory_core.evaluation import Case, JudgmentSet
+from memory_core.evaluation_errors import (
+    EvaluationCaseNotFound,
+    EvaluationCorpusIncomplete,
+    EvaluationCorpusNotFound,
+    EvaluationImportConflict,
+    EvaluationJudgmentConflict,
+    EvaluationRunNotSucceeded,
+    FixtureHashMismatch,
+    InvalidFixture,
+    InvalidJudgments,
+)
+from memory_core.fixture import ImportResult
 from memory_core.indexing import IndexReport
 from memory_core.recording import ClearReport, RunDetail, RunFilter, RunPage
 
@@ -47,6 +63,7 @@ class Method:
     errors: tuple[type[MemoryCoreError], ...] = ()  # typical errors, for the contract
     allow_get: bool = False  # read-only and input-free: ``curl`` without ``-X POST`` works too
     uses_engine: bool = True  # False: answers from process state, even while the engine is busy
+    max_body_bytes: int | None = None  # this method's own request size limit (None: the app's)
 
 
 @attrs.define
@@ -172,6 +189,119 @@ def clear_retrieval_runs(ctx: Context, req: api.ClearRetrievalRunsRequest) -> Cl
     return ctx.engine.clear_runs(req.project_id)
 
 
+# -- Evaluation Sets --------------------------------------------------------------------------
+SEARCH_SCAN_BYTES = 32 << 20  # corpus bodies read per search call at most; the cursor resumes
+SNIPPET_CHARS = 80  # either side of the first match
+
+
+def create_evaluation_case(ctx: Context, req: api.CreateEvaluationCaseRequest) -> Case:
+    return ctx.engine.create_evaluation_case(req.run_id)
+
+
+def list_evaluation_cases(ctx: Context, req: api.ListEvaluationCasesRequest) -> api.EvaluationCaseList:
+    cases = ctx.engine.evaluations().list_cases(req.project_id, req.case_ids)
+    return api.EvaluationCaseList(tuple(cases))
+
+
+def get_evaluation_case(ctx: Context, req: api.GetEvaluationCaseRequest) -> api.EvaluationCaseDetail:
+    service = ctx.engine.evaluations()
+    detail = service.show_case(req.case_id)
+    return api.EvaluationCaseDetail(
+        case=detail.case,
+        trace=detail.trace,
+        corpus=service.get_corpus(detail.case.corpus_id),
+        judgments=detail.judgments,
+        judgment_history=tuple(service.judgment_history(req.case_id)),
+        metrics=detail.metrics,
+        missed_evidence=detail.missed,
+    )
+
+
+def _corpus_cursor(cursor: str | None, size: int) -> int:
+    if cursor is None:
+        return 0
+    if not cursor.isascii() or not cursor.isdigit() or int(cursor) > size:
+        raise InvalidRequest(f"invalid cursor {cursor!r}: pass next_cursor of the previous page", cursor=cursor)
+    return int(cursor)
+
+
+def _snippet(body: str, start: int, end: int) -> str:
+    lo, hi = max(0, start - SNIPPET_CHARS), min(len(body), end + SNIPPET_CHARS)
+    text = " ".join(body[lo:hi].split())
+    return ("…" if lo > 0 else "") + text + ("…" if hi < len(body) else "")
+
+
+def search_corpus_resources(ctx: Context, req: api.SearchCorpusResourcesRequest) -> api.CorpusResourcePage:
+    """The missed-evidence picker: bodies are read (verified) from the blob store, at most
+    ``SEARCH_SCAN_BYTES`` a call, so a call stays bounded on any corpus."""
+    if not 1 <= req.limit <= api.MAX_CORPUS_PAGE:
+        raise InvalidRequest(f"limit must be an integer from 1 to {api.MAX_CORPUS_PAGE}", limit=req.limit)
+    if req.text is not None and len(req.text) > api.MAX_SEARCH_CHARS:
+        raise InvalidRequest(f"text is longer than {api.MAX_SEARCH_CHARS} characters")
+    service = ctx.engine.evaluations()
+    case = service.get_case(req.case_id)
+    resources = service.get_corpus(case.corpus_id).resources
+    position = _corpus_cursor(req.cursor, len(resources))
+    candidates = service.get_trace(req.case_id).candidates
+    retrieved = {c.resource_id for c in candidates}
+    selected = {c.resource_id for c in candidates if c.disposition == "selected"}
+    pattern = re.compile(re.escape(req.text), re.IGNORECASE) if req.text else None
+    found: list[api.CorpusResourceMatch] = []
+    scanned = 0
+    while position < len(resources) and len(found) < req.limit and scanned < SEARCH_SCAN_BYTES:
+        entry = resources[position]
+        position += 1
+        matched_in: str | None = None
+        snippet: str | None = None
+        if pattern is not None:
+            if pattern.search(entry.resource_id):
+                matched_in = "resource_id"
+            else:
+                body = service.blobs.get(entry.resource_hash).decode("utf-8", errors="replace")
+                scanned += entry.byte_size
+                hit = pattern.search(body)
+                if hit is None:
+                    continue
+                matched_in, snippet = "body", _snippet(body, hit.start(), hit.end())
+        rid = entry.resource_id
+        found.append(api.CorpusResourceMatch(entry, matched_in, snippet, rid in retrieved, rid in selected))
+    return api.CorpusResourcePage(
+        case_id=case.case_id,
+        corpus_id=case.corpus_id,
+        total_resources=len(resources),
+        resources=tuple(found),
+        next_cursor=str(position) if position < len(resources) else None,
+    )
+
+
+def replace_evaluation_judgments(ctx: Context, req: api.ReplaceEvaluationJudgmentsRequest) -> JudgmentSet:
+    judgments = [j.to_judgment() for j in req.judgments]
+    return ctx.engine.replace_evaluation_judgments(req.case_id, req.expected_judgment_version, judgments)
+
+
+def mark_evaluation_reviewed(ctx: Context, req: api.MarkEvaluationReviewedRequest) -> Case:
+    return ctx.engine.evaluations().mark_reviewed(req.case_id, req.expected_judgment_version, req.reviewed)
+
+
+def evaluation_report(ctx: Context, req: api.EvaluationReportRequest) -> api.EvaluationReport:
+    return api.EvaluationReport.of(ctx.engine.evaluation_report(req.project_id, req.case_ids))
+
+
+def export_evaluation_set(ctx: Context, req: api.ExportEvaluationSetRequest) -> api.EvaluationFixture:
+    from memory_core.fixture import export_document
+
+    # The document, not its bytes: the client writes the same bytes with fixture.dump.
+    document = export_document(
+        ctx.engine.evaluations(), project_id=req.project_id, case_ids=req.case_ids, with_history=req.with_history
+    )
+    return api.EvaluationFixture(document)
+
+
+def import_evaluation_set(ctx: Context, req: api.ImportEvaluationSetRequest) -> ImportResult:
+    return ctx.engine.import_evaluation_set(req.fixture.document)
+
+
+_BLOBS = (BlobNotFound, BlobCorrupted)
 METHODS: tuple[Method, ...] = (
     Method("runtime_status", api.RuntimeStatusRequest, api.RuntimeStatus, runtime_status,
            "The daemon's version, pid, home, socket, uptime and load; answers even while indexing.",
@@ -199,6 +329,37 @@ METHODS: tuple[Method, ...] = (
     Method("clear_retrieval_runs", api.ClearRetrievalRunsRequest, ClearReport, clear_retrieval_runs,
            "Clear History: delete unpinned Runs of one project or of all, then unreferenced blobs.",
            (ProjectNotFound,)),
+    Method("create_evaluation_case", api.CreateEvaluationCaseRequest, Case, create_evaluation_case,
+           "Freeze a succeeded Run as an Evaluation Case (corpus, trace) and pin the Run.",
+           (RunNotFound, EvaluationRunNotSucceeded, EvaluationCorpusIncomplete)),
+    Method("list_evaluation_cases", api.ListEvaluationCasesRequest, api.EvaluationCaseList, list_evaluation_cases,
+           "Evaluation Cases, oldest first: all, a project's, or the chosen ones.", (EvaluationCaseNotFound,),
+           allow_get=True),
+    Method("get_evaluation_case", api.GetEvaluationCaseRequest, api.EvaluationCaseDetail, get_evaluation_case,
+           "One case: trace, frozen corpus manifest, current judgments, every judgment version, metrics, "
+           "missed evidence.", (EvaluationCaseNotFound, EvaluationCorpusNotFound)),
+    Method("search_corpus_resources", api.SearchCorpusResourcesRequest, api.CorpusResourcePage,
+           search_corpus_resources,
+           "Resources of a case's frozen corpus whose id or body contains a text (the missed-evidence picker).",
+           (EvaluationCaseNotFound, EvaluationCorpusNotFound, *_BLOBS)),
+    Method("replace_evaluation_judgments", api.ReplaceEvaluationJudgmentsRequest, JudgmentSet,
+           replace_evaluation_judgments,
+           "Replace a case's whole judgment set if it is still at expected_judgment_version; returns the new "
+           "version (a stale one: evaluation_judgment_conflict with details.current_version).",
+           (InvalidJudgments, EvaluationCaseNotFound, EvaluationJudgmentConflict)),
+    Method("mark_evaluation_reviewed", api.MarkEvaluationReviewedRequest, Case, mark_evaluation_reviewed,
+           "Record that a person reviewed the current judgment version (only reviewed cases may gate).",
+           (EvaluationCaseNotFound, EvaluationJudgmentConflict)),
+    Method("evaluation_report", api.EvaluationReportRequest, api.EvaluationReport, evaluation_report,
+           "The B1-B4 benchmark report (unit and resource level, B4 comparisons, latency, missed evidence).",
+           (EvaluationCaseNotFound,), allow_get=True),
+    Method("export_evaluation_set", api.ExportEvaluationSetRequest, api.EvaluationFixture, export_evaluation_set,
+           "The self-contained evaluation fixture (a JSON object; written as canonical JSON it is the file "
+           "`memcore eval export` writes).", (EvaluationCaseNotFound, *_BLOBS)),
+    Method("import_evaluation_set", api.ImportEvaluationSetRequest, ImportResult, import_evaluation_set,
+           f"Import a fixture: every hash verified, all or nothing. Bodies up to {api.MAX_IMPORT_BODY_BYTES >> 20} "
+           "MiB.", (InvalidFixture, FixtureHashMismatch, EvaluationImportConflict),
+           max_body_bytes=api.MAX_IMPORT_BODY_BYTES),
 )
 
 TABLE: dict[str, Method] = {m.name: m for m in METHODS}

@@ -78,7 +78,14 @@ class SchemaBuilder:
             return dict(extra["ActivationState"])
         if isinstance(cls, type) and issubclass(cls, enum.Enum):
             return {"type": "string", "title": cls.__name__, "enum": [m.value for m in cls]}
+        if cls in api.DOCUMENT_SCHEMAS:
+            return self._document_component(cls)
         return self._attrs_component(cls)
+
+    def _document_component(self, cls: Any) -> dict[str, Any]:
+        out = json.loads(json.dumps(api.DOCUMENT_SCHEMAS[cls]))  # a copy: the builder edits components
+        out["title"] = cls.__name__
+        return dict(out)
 
     def _attrs_component(self, cls: Any) -> dict[str, Any]:
         hints = typing.get_type_hints(cls)
@@ -92,6 +99,18 @@ class SchemaBuilder:
             elif not isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
                 schema["default"] = field.default.value if isinstance(field.default, enum.Enum) else field.default
             properties[field.name] = schema
+        extra = dict(api.SCHEMA_EXTRA.get(cls, {}))
+        for name, keywords in extra.pop("properties", {}).items():
+            properties[name].update(keywords)
+        for schema in properties.values():
+            # A field that is absent rather than null (JudgmentInput.unit_id) documents no null default.
+            types = schema.get("type")
+            nullable = types is None or types == "null" or (isinstance(types, list) and "null" in types)
+            if "default" in schema and schema["default"] is None and not nullable:
+                del schema["default"]
+        for name, (kind, description) in api.COMPUTED.get(cls, {}).items():
+            properties[name] = {**self.schema(kind), "description": description, "readOnly": True}
+            required.append(name)
         out: dict[str, Any] = {"type": "object", "title": cls.__name__, "properties": properties}
         if required:
             out["required"] = required
@@ -99,6 +118,7 @@ class SchemaBuilder:
         doc = (cls.__doc__ or "").strip()
         if doc:
             out["description"] = doc.splitlines()[0]
+        out.update(extra)
         return out
 
     def schema(self, tp: Any) -> dict[str, Any]:
@@ -151,6 +171,7 @@ def _operation(builder: SchemaBuilder, method: dispatch.Method) -> dict[str, Any
     return {
         "operationId": method.name,
         "summary": method.summary,
+        "x-max-body-bytes": method.max_body_bytes or api.MAX_BODY_BYTES,
         "requestBody": {
             "required": has_inputs,
             "content": {"application/json": {"schema": request_ref}},
@@ -165,6 +186,11 @@ def _operation(builder: SchemaBuilder, method: dispatch.Method) -> dict[str, Any
     }
 
 
+def _larger_limits(methods: Sequence[dispatch.Method]) -> str:
+    larger = [f"{m.name}: {m.max_body_bytes} bytes" for m in methods if m.max_body_bytes]
+    return "; ".join(larger) or "none does"
+
+
 def build_document(methods: Sequence[dispatch.Method] = dispatch.METHODS) -> dict[str, Any]:
     builder = SchemaBuilder()
     builder.ref(api.ErrorEnvelope)
@@ -172,7 +198,7 @@ def build_document(methods: Sequence[dispatch.Method] = dispatch.METHODS) -> dic
     for method in methods:
         item: dict[str, Any] = {"post": _operation(builder, method)}
         if method.allow_get:
-            get = {k: v for k, v in item["post"].items() if k != "requestBody"}
+            get = {k: v for k, v in item["post"].items() if k not in ("requestBody", "x-max-body-bytes")}
             item["get"] = {**get, "operationId": f"{method.name}_get"}
         paths[f"/v1/{method.name}"] = item
     paths["/v1/openapi.json"] = {
@@ -194,7 +220,8 @@ def build_document(methods: Sequence[dispatch.Method] = dispatch.METHODS) -> dic
                 "HTTP/1.1 + JSON on the daemon's Unix socket (default <home>/run/memcore.sock). "
                 "Every method is POST /v1/<method> with a JSON object body; every error is "
                 '{"error": {"code", "message", "details"}} with one fixed HTTP status per code. '
-                f"Bodies are limited to {api.MAX_BODY_BYTES} bytes; unknown fields are rejected."
+                f"Bodies are limited to {api.MAX_BODY_BYTES} bytes unless an operation's x-max-body-bytes "
+                f"says more ({_larger_limits(methods)}); unknown fields are rejected."
             ),
         },
         "servers": [{"url": "http://localhost", "description": "over the Unix socket"}],

@@ -64,14 +64,33 @@ SUCCESS: dict[str, tuple[bool, dict[str, Any]]] = {  # method -> (needs an index
     "list_retrieval_runs": (True, {"project_id": "ledger", "status": "succeeded", "limit": 10}),
     "get_retrieval_run": (True, {"run_id": "<run_id>"}),  # filled in with a real Run's id
     "clear_retrieval_runs": (True, {"project_id": "ledger"}),
+    # Evaluation Sets; "<case_id>" is filled in with a case made from a real Run.
+    "create_evaluation_case": (True, {"run_id": "<run_id>"}),
+    "list_evaluation_cases": (True, {"project_id": "ledger"}),
+    "get_evaluation_case": (True, {"case_id": "<case_id>"}),
+    "search_corpus_resources": (True, {"case_id": "<case_id>", "text": "rollback", "limit": 5}),
+    "replace_evaluation_judgments": (True, {"case_id": "<case_id>", "expected_judgment_version": 0,
+                                            "judgments": [{"resource_id": "notes.txt", "relevance": 1}]}),
+    "mark_evaluation_reviewed": (True, {"case_id": "<case_id>", "expected_judgment_version": 0}),
+    "evaluation_report": (True, {"project_id": "ledger"}),
+    "export_evaluation_set": (True, {"project_id": "ledger", "with_history": True}),
+    "import_evaluation_set": (True, {"fixture": {"<fixture>": True}}),  # filled in with this home's export
 }
 RUN_QUERY = {"project_id": "ledger", "query": "how do I roll back a deploy?"}
 
 
 def with_run_id(http: TestClient, body: dict[str, Any]) -> dict[str, Any]:
-    if body.get("run_id") != "<run_id>":
-        return body
-    return {**body, "run_id": ok(http, "activate_memory", RUN_QUERY)["run_id"]}
+    """The body with its placeholders filled in: a real Run, a case made from one, a fixture."""
+    if body.get("run_id") == "<run_id>":
+        body = {**body, "run_id": ok(http, "activate_memory", RUN_QUERY)["run_id"]}
+    if body.get("case_id") == "<case_id>":
+        run_id = ok(http, "activate_memory", RUN_QUERY)["run_id"]
+        body = {**body, "case_id": ok(http, "create_evaluation_case", {"run_id": run_id})["case_id"]}
+    if body.get("fixture") == {"<fixture>": True}:
+        with_case = with_run_id(http, {"case_id": "<case_id>"})
+        assert with_case["case_id"]
+        body = {**body, "fixture": ok(http, "export_evaluation_set", {})}
+    return body
 
 
 def test_every_method_has_a_success_case() -> None:
