@@ -103,8 +103,10 @@ class ClientEngine:
     def evaluation_report(self, project_id: str | None = None, case_ids: Sequence[str] | None = None) -> Report:
         return self.client.evaluation_report(project_id, case_ids).to_report()
 
-    def export_evaluation_set(self, *, project_id: str | None = None, with_history: bool = False) -> bytes:
-        return self.client.export_evaluation_set(project_id, with_history=with_history).to_bytes()
+    def export_evaluation_set(
+        self, *, project_id: str | None = None, case_ids: Sequence[str] | None = None, with_history: bool = False
+    ) -> bytes:
+        return self.client.export_evaluation_set(project_id, case_ids=case_ids, with_history=with_history).to_bytes()
 
     def import_evaluation_set(self, data: bytes | str | Mapping[str, Any]) -> ImportResult:
         return self.client.import_evaluation_set(data)

@@ -213,6 +213,6 @@ HANDLERS: dict[tuple[str, str | None], Callable[[Engine, argparse.Namespace], in
     ("runs", "clear"): runs_clear,
     ("demo", None): demo,
     **{("eval", action): evaluation for action in (
-        "add", "cases", "show", "judge", "review", "report", "export", "import", "import-beir", "replay"
+        "case", "judge", "review", "report", "export", "import", "import-beir", "replay"
     )},
 }

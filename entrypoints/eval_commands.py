@@ -20,13 +20,16 @@ def add_parser(sub: Any) -> None:
     ev = sub.add_parser("eval", help="Evaluation Sets: cases, judgments, report, export/import").add_subparsers(
         dest="action", required=True
     )
-    p = ev.add_parser("add", help="freeze a succeeded Run into an Evaluation Case (pins the Run)")
+    case = ev.add_parser("case", help="Evaluation Cases: create from a Run, list, show").add_subparsers(
+        dest="case_action", required=True
+    )
+    p = case.add_parser("create", help="freeze a succeeded Run into an Evaluation Case (pins the Run)")
     p.add_argument("run_id")
     p.add_argument("--json", action="store_true")
-    p = ev.add_parser("cases", help="list Evaluation Cases")
+    p = case.add_parser("list", help="list Evaluation Cases")
     p.add_argument("--project")
     p.add_argument("--json", action="store_true")
-    p = ev.add_parser("show", help="one case: query, corpus, trace and current judgments")
+    p = case.add_parser("show", help="one case: query, corpus, trace and current judgments")
     p.add_argument("case_id")
     p.add_argument("--json", action="store_true")
     p = ev.add_parser("judge", help='replace a case\'s judgments (a file {"judgments": [...]}, - for stdin)')
@@ -44,6 +47,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true")
     p = ev.add_parser("export", help="write the set as one self-contained JSON fixture")
     p.add_argument("--project")
+    p.add_argument("--case", action="append", dest="cases", help="only this case (repeatable)")
     p.add_argument("--with-history", action="store_true", help="include earlier judgment versions")
     p.add_argument("--out", required=True, help="file to write (- for stdout)")
     p = ev.add_parser("import", help="import a fixture (every hash verified; all or nothing)")
@@ -55,8 +59,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--split", default="test")
     p.add_argument("--reviewed", action="store_true", help="the qrels were reviewed by a person")
     p.add_argument("--json", action="store_true")
-    p = ev.add_parser("replay", help="replay a fixture through the current engine: a regression gate")
-    p.add_argument("fixture")
+    p = ev.add_parser("replay", help="replay cases through the current engine: a regression gate")
+    p.add_argument("--fixture", help="an exported fixture (default: this home's Evaluation Set)")
+    p.add_argument("--baseline", help="a report (eval report --json) to compare with (default: the set's B4)")
     p.add_argument("--max-drop", type=float, default=0.0, help="largest allowed absolute nDCG@10 drop")
     p.add_argument("--include-unreviewed", action="store_true")
     p.add_argument("--json", action="store_true")
@@ -109,14 +114,14 @@ def report_tables(report: Any) -> list[Any]:
 def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
     service = engine.evaluations()
     out = render.console()
-    action = args.action
-    if action == "add":
+    action = args.action if args.action != "case" else f"case {args.case_action}"
+    if action == "case create":
         case = engine.create_evaluation_case(args.run_id)
         if args.json:
             _emit_json(case.to_dict())
         else:
             out.print(f"case {case.case_id} from run {case.source_run_id} (corpus {case.corpus_id[:12]}); run pinned")
-    elif action == "cases":
+    elif action == "case list":
         cases = service.list_cases(args.project)
         if args.json:
             _emit_json([c.to_dict() for c in cases])
@@ -134,7 +139,7 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
                     c.provenance,
                 )
             out.print(table)
-    elif action == "show":
+    elif action == "case show":
         detail = service.show_case(args.case_id)
         _emit_json(detail.to_dict()) if args.json else out.print_json(json.dumps(detail.to_dict()))
     elif action == "judge":
@@ -154,7 +159,9 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
             for item in report_tables(report):
                 out.print(item)
     elif action == "export":
-        data = engine.export_evaluation_set(project_id=args.project, with_history=args.with_history)
+        data = engine.export_evaluation_set(
+            project_id=args.project, case_ids=args.cases, with_history=args.with_history
+        )
         if args.out == "-":
             sys.stdout.buffer.write(data)
         else:
@@ -176,14 +183,17 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
             for item in report_tables(result.report):
                 out.print(item)
     elif action == "replay":
-        from memory_core.fixture import load_fixture
-        from memory_core.replay import replay
+        from memory_core.fixture import evaluation_set, load_fixture
+        from memory_core.replay import baseline_from_report, replay
 
+        cases = load_fixture(_read(args.fixture)) if args.fixture else evaluation_set(service)
+        baseline = baseline_from_report(json.loads(_read(args.baseline))) if args.baseline else None
         result = replay(
-            load_fixture(_read(args.fixture)),
+            cases,
             _workspace(engine, home),
             max_drop=args.max_drop,
             include_unreviewed=args.include_unreviewed,
+            baseline=baseline,
         )
         if args.json:
             _emit_json(result.to_dict())

@@ -422,8 +422,10 @@ class Engine:
     def evaluation_report(self, project_id: str | None = None, case_ids: Sequence[str] | None = None) -> Report:
         return self.evaluations().report(project_id, case_ids)
 
-    def export_evaluation_set(self, *, project_id: str | None = None, with_history: bool = False) -> bytes:
-        return self.evaluations().export_fixture(project_id=project_id, with_history=with_history)
+    def export_evaluation_set(
+        self, *, project_id: str | None = None, case_ids: Sequence[str] | None = None, with_history: bool = False
+    ) -> bytes:
+        return self.evaluations().export_fixture(project_id=project_id, case_ids=case_ids, with_history=with_history)
 
     def import_evaluation_set(self, data: bytes | str | Mapping[str, Any]) -> ImportResult:
         return self.evaluations().import_fixture(data)

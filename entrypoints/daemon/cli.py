@@ -1,4 +1,5 @@
-"""``memcore serve``, ``memcore mcp`` and ``memcore contracts generate``, for the main CLI to mount.
+"""``memcore serve``, ``memcore ui``, ``memcore mcp`` and ``memcore contracts generate``, for the main
+CLI to mount.
 
 In ``memory_core.entrypoints.cli``::
 
@@ -17,15 +18,33 @@ import sys
 from pathlib import Path
 from typing import Any
 
-COMMANDS = frozenset({"serve", "mcp", "contracts"})
+COMMANDS = frozenset({"serve", "ui", "mcp", "contracts"})
+
+
+def _port(value: str) -> int:
+    port = int(value)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0-65535, not {value}")
+    return port
 
 
 def add_cli_commands(subparsers: Any) -> None:
-    """Add ``serve``, ``mcp`` and ``contracts generate`` to the main parser's subparsers."""
+    """Add ``serve``, ``ui``, ``mcp`` and ``contracts generate`` to the main parser's subparsers."""
     serve = subparsers.add_parser("serve", help="run the daemon for this home on a Unix socket")
     serve.add_argument("--socket", help="socket path (default: <home>/run/memcore.sock)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument("--no-warm", action="store_true", help="do not load the model before the first query")
+    serve.add_argument("--ui-port", type=_port, default=0, metavar="PORT",
+                       help="Diagnostics UI port on 127.0.0.1 (default: 0, a free port)")
+    serve.add_argument("--no-ui", action="store_true", help="do not serve the Diagnostics UI")
+
+    ui = subparsers.add_parser(
+        "ui", help="print the Diagnostics page's address (with this daemon start's token) and open it"
+    )
+    ui.add_argument("--no-open", action="store_true", help="only print the address")
+    ui.add_argument("--json", action="store_true", help="print {url, base_url, port, pid} as JSON")
+    ui.add_argument("--start-timeout", type=float, default=60.0, metavar="SECONDS",
+                    help="how long to wait for a daemon this command starts (default: 60)")
 
     mcp = subparsers.add_parser(
         "mcp", help="serve the activate_memory MCP tool on stdio (starts the daemon when none runs)"
@@ -51,7 +70,12 @@ def handle(args: argparse.Namespace) -> int:
         from .server import configure_logging, serve
 
         configure_logging(args.log_level)
-        return serve(args.home, args.socket, warm=not args.no_warm)
+        return serve(args.home, args.socket, warm=not args.no_warm, ui_port=None if args.no_ui else args.ui_port)
+    if args.command == "ui":
+        from memory_core.entrypoints.ui.launch import main as ui_main
+
+        return ui_main(args.home, open_browser=not args.no_open, start_timeout_s=args.start_timeout,
+                       print_json=args.json)
     if args.command == "mcp":
         from memory_core.entrypoints.mcp_server import main
 

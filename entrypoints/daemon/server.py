@@ -7,6 +7,10 @@ own socket 0666), build the engine once, fail the Runs that a process now gone l
 requests finish (so their Runs complete), waits for the engine call in flight, closes the engine
 and removes the socket. The JVM runs with ``-Xrs``: these signals are Python's. Logs are JSON
 lines on stderr.
+
+The Diagnostics UI (``memory_core.entrypoints.ui``) is a second listener of the same server, on
+127.0.0.1 only (a chosen port or a free one); its address and this start's token go to
+``<home>/run/ui.json`` (0600), which ``memcore ui`` reads.
 """
 
 from __future__ import annotations
@@ -27,13 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from memory_core.engine import Engine
-from memory_core.errors import MemoryCoreError, StorageUnavailable
+from memory_core.errors import InvalidRequest, MemoryCoreError, StorageUnavailable
 
 from . import api, paths
 from .dispatch import Context
 
 log = logging.getLogger("memory_core.daemon")
 BACKLOG = 128
+UI_HOST = "127.0.0.1"  # loopback only: never another interface
 DRAIN_TIMEOUT_S = 30.0
 
 
@@ -146,6 +151,25 @@ def bind_socket(path: Path, *, private_parent: bool) -> socket.socket:
     return sock
 
 
+def bind_ui_socket(port: int) -> socket.socket:
+    """A listening TCP socket on 127.0.0.1:``port`` (0: a free port)."""
+    if not 0 <= port <= 65535:
+        raise InvalidRequest(f"the UI port must be 0-65535, got {port}", port=port)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait out TIME_WAIT
+    try:
+        sock.bind((UI_HOST, port))
+    except OSError as exc:
+        sock.close()
+        raise InvalidRequest(
+            f"cannot listen on {UI_HOST}:{port} for the UI: {exc.strerror or exc}; "
+            "choose another --ui-port (0 picks a free one)",
+            port=port,
+        ) from exc
+    sock.listen(BACKLOG)
+    return sock
+
+
 def _remove_socket(path: Path, inode: int) -> None:
     try:
         if os.lstat(path).st_ino == inode:  # never remove a socket another daemon bound since
@@ -194,11 +218,15 @@ def serve(
     *,
     engine_factory: Callable[[Path], Engine] | None = None,
     warm: bool = True,
+    ui_port: int | None = 0,
 ) -> int:
-    """Run the daemon for ``home`` until SIGTERM/SIGINT; returns the exit status (0)."""
+    """Run the daemon for ``home`` until SIGTERM/SIGINT; returns the exit status (0).
+
+    ``ui_port``: the Diagnostics UI's port on 127.0.0.1 (0: a free one; None: no UI)."""
     import uvicorn
 
     from memory_core.adapters.home import prepare_home, resolve_home
+    from memory_core.entrypoints.ui import launch as ui_launch
 
     from .app import create_app
 
@@ -206,6 +234,7 @@ def serve(
     lock = DaemonLock(root)
     lock.acquire(root)
     sock: socket.socket | None = None
+    ui_sock: socket.socket | None = None
     inode: int | None = None
     engine: Engine | None = None
     context: Context | None = None
@@ -214,6 +243,8 @@ def serve(
     try:
         sock = bind_socket(path, private_parent=socket_path is None or not path.parent.exists())
         inode = os.lstat(path).st_ino
+        if ui_port is not None:
+            ui_sock = bind_ui_socket(ui_port)  # before the engine: a taken port fails fast
         if engine_factory is None:
             from memory_core.entrypoints.bootstrap import bootstrap
 
@@ -226,9 +257,15 @@ def serve(
         lock.record(paths.DaemonInfo(os.getpid(), str(path), started_at))
         if warm:
             threading.Thread(target=_warm, args=(context,), name="warm-up", daemon=True).start()
+        app: Any = create_app(context)
+        listeners = [sock]
+        if ui_sock is not None:
+            app = _with_ui(root, context, app, ui_sock, started_at)
+            listeners.append(ui_sock)
         config = uvicorn.Config(
-            create_app(context),
+            app,
             lifespan="off",
+            proxy_headers=False,  # nothing proxies us: X-Forwarded-* from a local page is a lie
             log_config=None,
             access_log=False,
             timeout_graceful_shutdown=None,  # SIGTERM lets every in-flight request finish
@@ -240,9 +277,12 @@ def serve(
         for sig in (signal.SIGTERM, signal.SIGINT):
             handlers[sig] = signal.signal(sig, lambda *_: None)
         log.info("serving", extra={"fields": {"home": str(root), "socket": str(path), "pid": os.getpid()}})
-        server.run(sockets=[sock])
+        server.run(sockets=listeners)
         return 0
     finally:
+        if ui_sock is not None:
+            ui_sock.close()
+            ui_launch.remove_ui_info(root, os.getpid())
         if context is not None:
             _drain(context)
         if engine is not None:
@@ -257,6 +297,28 @@ def serve(
         log.info("stopped", extra={"fields": {"socket": str(path)}})
 
 
+def _with_ui(root: Path, context: Context, daemon_app: Any, ui_sock: socket.socket, started_at: str) -> Any:
+    """The one app both listeners share, and ``<home>/run/ui.json`` for ``memcore ui``."""
+    from memory_core.entrypoints.ui import launch as ui_launch
+    from memory_core.entrypoints.ui.app import by_listener, create_ui_app
+    from memory_core.entrypoints.ui.security import Secrets
+
+    port = ui_sock.getsockname()[1]
+    ui = Secrets.fresh(port)
+    info = ui_launch.UiInfo(url=ui.launch_url, base_url=ui.base_url, port=port, token=ui.token,
+                            pid=os.getpid(), started_at=started_at)
+    ui_launch.write_ui_info(root, info)
+    log.info("ui", extra={"fields": {"url": ui.base_url, "info": str(ui_launch.ui_file(root))}})
+    return by_listener(daemon_app, create_ui_app(context, daemon_app, ui), port)
+
+
+def ui_port_argument(value: str) -> int:
+    port = int(value)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0-65535, not {value}")
+    return port
+
+
 # -- command line -----------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memcore-daemon", description="Run the memory-core daemon.")
@@ -264,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--socket", help="socket path (default: <home>/run/memcore.sock)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--no-warm", action="store_true", help="do not load the model before the first query")
+    parser.add_argument("--ui-port", type=ui_port_argument, default=0, metavar="PORT",
+                        help="Diagnostics UI port on 127.0.0.1 (default: 0, a free port)")
+    parser.add_argument("--no-ui", action="store_true", help="do not serve the Diagnostics UI")
     return parser
 
 
@@ -271,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level)
     try:
-        return serve(args.home, args.socket, warm=not args.no_warm)
+        return serve(args.home, args.socket, warm=not args.no_warm, ui_port=None if args.no_ui else args.ui_port)
     except MemoryCoreError as exc:
         details = f" {json.dumps(exc.details, default=str)}" if exc.details else ""
         print(f"error[{exc.code}]: {exc.message}{details}", file=sys.stderr)

@@ -617,8 +617,9 @@ def test_memcore_eval_answers_the_same_through_the_client_engine(
     ids = judged_cases(http)
     embedded: Engine = context.engine
     served = ClientEngine(client)
-    for argv in (["cases", "--json"], ["cases", "--project", "other", "--json"], ["show", ids[0], "--json"],
-                 ["report", "--json"], ["report", "--case", ids[1], "--json"], ["report"], ["cases"]):
+    for argv in (["case", "list", "--json"], ["case", "list", "--project", "other", "--json"],
+                 ["case", "show", ids[0], "--json"], ["report", "--json"], ["report", "--case", ids[1], "--json"],
+                 ["report"], ["case", "list"]):
         assert eval_json(served, capsys, *argv) == eval_json(embedded, capsys, *argv), argv
     for engine, name in ((embedded, "embedded.json"), (served, "served.json")):
         eval_json(engine, capsys, "export", "--with-history", "--out", str(tmp_path / name))
@@ -626,7 +627,7 @@ def test_memcore_eval_answers_the_same_through_the_client_engine(
         without_exported_at((tmp_path / "embedded.json").read_bytes())
     # Writes through the client engine land in the engine.
     run_id = ok(http, "activate_memory", {**QUERY, "query": "helm rollback"})["run_id"]
-    added = eval_json(served, capsys, "add", run_id, "--json")
+    added = eval_json(served, capsys, "case", "create", run_id, "--json")
     assert added == embedded.evaluations().get_case(added["case_id"]).to_dict()
     (tmp_path / "j.json").write_text(json.dumps({"judgments": [{"resource_id": "notes.txt", "relevance": 2}]}))
     judged = eval_json(served, capsys, "judge", added["case_id"], "--file", str(tmp_path / "j.json"),
@@ -642,7 +643,7 @@ def test_eval_commands_go_through_the_daemon_except_the_long_local_ones() -> Non
     from memory_core.entrypoints.commands import EMBEDDED_ONLY, HANDLERS
 
     through = {action for command, action in HANDLERS if command == "eval" and ("eval", action) not in EMBEDDED_ONLY}
-    assert through == {"add", "cases", "show", "judge", "review", "report", "export", "import"}
+    assert through == {"case", "judge", "review", "report", "export", "import"}
     assert {("eval", "import-beir"), ("eval", "replay")} <= EMBEDDED_ONLY
 
 
@@ -756,8 +757,8 @@ def test_a_case_survives_a_restart_and_memcore_eval_goes_through_the_daemon(home
         # ``memcore eval`` while the daemon runs: every command is a daemon call.
         cid = facts["case_id"]
         served = {
-            "cases": memcore(home, "eval", "cases", "--json").stdout,
-            "show": memcore(home, "eval", "show", cid, "--json").stdout,
+            "cases": memcore(home, "eval", "case", "list", "--json").stdout,
+            "show": memcore(home, "eval", "case", "show", cid, "--json").stdout,
             "report": memcore(home, "eval", "report", "--project", "ledger", "--json").stdout,
         }
         memcore(home, "eval", "export", "--with-history", "--out", str(homes.base / "served.json"))
@@ -771,10 +772,10 @@ def test_a_case_survives_a_restart_and_memcore_eval_goes_through_the_daemon(home
         assert reviewed["reviewed"] is True
         # A Run of this daemon (indexes built by the first one) becomes a case through the CLI.
         run_id = c.activate_memory("ledger", "where is the coffee?").run_id
-        added = json.loads(memcore(home, "eval", "add", run_id, "--json").stdout)
+        added = json.loads(memcore(home, "eval", "case", "create", run_id, "--json").stdout)
         assert added["source_run_id"] == run_id and c.get_retrieval_run(run_id).summary.pinned
-        served["cases after"] = memcore(home, "eval", "cases", "--json").stdout
-        served["show after"] = memcore(home, "eval", "show", cid, "--json").stdout
+        served["cases after"] = memcore(home, "eval", "case", "list", "--json").stdout
+        served["show after"] = memcore(home, "eval", "case", "show", cid, "--json").stdout
         served["report after"] = memcore(home, "eval", "report", "--json").stdout
         memcore(home, "eval", "export", "--out", str(homes.base / "served-after.json"))
         methods = {r.get("method") for r in daemon.log_records() if r.get("message") == "request"}
@@ -784,8 +785,8 @@ def test_a_case_survives_a_restart_and_memcore_eval_goes_through_the_daemon(home
             "import_evaluation_set", "replace_evaluation_judgments", "mark_evaluation_reviewed",
             "create_evaluation_case"} <= methods
     # Embedded, on the same home, the same commands answer the same.
-    assert json.loads(memcore(home, "eval", "cases", "--json").stdout) == json.loads(served["cases after"])
-    assert json.loads(memcore(home, "eval", "show", cid, "--json").stdout) == json.loads(served["show after"])
+    assert json.loads(memcore(home, "eval", "case", "list", "--json").stdout) == json.loads(served["cases after"])
+    assert json.loads(memcore(home, "eval", "case", "show", cid, "--json").stdout) == json.loads(served["show after"])
     assert json.loads(memcore(home, "eval", "report", "--json").stdout) == json.loads(served["report after"])
     memcore(home, "eval", "export", "--out", str(homes.base / "embedded.json"))
     assert without_exported_at((homes.base / "embedded.json").read_bytes()) == \

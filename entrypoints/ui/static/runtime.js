@@ -1,0 +1,127 @@
+// Runtime: the daemon, its storage, projects and their generations, models warm or cold, and
+// recent activation latency per stage.
+
+import { stackedBars } from "./charts.js";
+import {
+  call, clear, fill, facts, fmtBytes, fmtDuration, fmtMs, fmtTime, h, link, short, table, view,
+} from "./lib.js";
+
+export const STAGES = ["validate", "load", "exact", "bm25", "embed_query", "dense", "fusion", "rerank", "select"];
+
+function percentile(values, p) {
+  if (!values.length) return null;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)]; // nearest rank
+}
+
+function stateBadge(state) {
+  const kind = state === "warm" ? "ok" : state === "cold" ? "info" : "muted";
+  return h("span", { class: `badge ${kind}` }, state);
+}
+
+function latencyPanel(recent) {
+  const panel = h("section", { class: "panel", "aria-labelledby": "latency-h" },
+    h("h2", { id: "latency-h" }, "Recent activation latency per stage"));
+  if (!recent || !recent.length) {
+    panel.append(h("p", { class: "muted" }, "No succeeded Runs yet: activate a project to see its stage latency."));
+    return panel;
+  }
+  const stages = STAGES.filter((st) => recent.some((r) => st in r.latency_ms));
+  const extra = [...new Set(recent.flatMap((r) => Object.keys(r.latency_ms)))]
+    .filter((st) => st !== "total" && !stages.includes(st));
+  const keys = [...stages, ...extra];
+  const columns = recent.map((r, i) => ({
+    label: String(i + 1),
+    title: `#${i + 1} ${r.project_id} ${fmtTime(r.started_at)}${r.warm ? " (warm)" : " (cold)"}`,
+    values: r.latency_ms,
+  }));
+  panel.append(stackedBars({
+    title: "Stage latency of the most recent succeeded Runs",
+    desc: `${recent.length} Runs, oldest first; each bar stacks the time spent in each stage, in milliseconds.`,
+    keys, columns,
+    caption: `The last ${recent.length} succeeded Runs, oldest (1) to newest (${recent.length}). Hover a segment for its value.`,
+  }));
+  const warm = recent.filter((r) => r.warm);
+  const rows = [...keys, "total"].map((st) => {
+    const all = recent.map((r) => r.latency_ms[st]).filter((v) => v !== undefined);
+    const hot = warm.map((r) => r.latency_ms[st]).filter((v) => v !== undefined);
+    return h("tr", null, h("th", { scope: "row" }, st),
+      h("td", { class: "num" }, fmtMs(percentile(hot, 50))), h("td", { class: "num" }, fmtMs(percentile(hot, 95))),
+      h("td", { class: "num" }, fmtMs(percentile(all, 50))), h("td", { class: "num" }, fmtMs(all.length ? Math.max(...all) : null)));
+  });
+  panel.append(h("h3", null, "Percentiles (nearest rank)"),
+    table(["Stage", { text: `Warm p50 (${warm.length})`, num: true }, { text: "Warm p95", num: true },
+      { text: `All p50 (${recent.length})`, num: true }, { text: "All max", num: true }], rows,
+    { "aria-label": "Stage latency percentiles" }));
+  return panel;
+}
+
+function projectsPanel(projects) {
+  const panel = h("section", { class: "panel", "aria-labelledby": "projects-h" }, h("h2", { id: "projects-h" }, "Projects"));
+  if (projects === null) {
+    panel.append(h("p", { class: "muted" }, "The engine is busy (indexing?); refresh in a moment."));
+    return panel;
+  }
+  if (!projects.length) {
+    panel.append(h("p", { class: "muted" }, "No projects yet: ", h("code", null, "memcore project add NAME --source PATH")));
+    return panel;
+  }
+  const rows = projects.map((p) => {
+    const g = p.generation;
+    return h("tr", null,
+      h("th", { scope: "row" }, link(`/retrieval?project=${encodeURIComponent(p.project_id)}`, p.project_id),
+        h("span", { class: "sub" }, p.sources.map((src) => `${src.layer}: ${src.path}`).join(" · "))),
+      h("td", null, g ? short(g.index_revision, 16) : h("span", { class: "badge muted" }, "not indexed")),
+      h("td", { class: "num" }, g ? String(g.units) : "—"),
+      h("td", { class: "num" }, g ? String(g.resources) : "—"),
+      h("td", { class: "num" }, g && g.size ? fmtBytes(g.size.bytes) : "—"),
+      h("td", { class: "hide-narrow" }, g ? fmtTime(g.created_at) : "—"),
+      h("td", null, g ? stateBadge(g.state) : "—"));
+  });
+  panel.append(table(["Project", "Index Revision", { text: "Units", num: true }, { text: "Resources", num: true },
+    { text: "Generation size", num: true }, { text: "Built", class: "hide-narrow" }, "Index"], rows,
+  { "aria-label": "Projects" }));
+  return panel;
+}
+
+function modelsPanel(models) {
+  const panel = h("section", { class: "panel", "aria-labelledby": "models-h" }, h("h2", { id: "models-h" }, "Models"));
+  if (models === null) {
+    panel.append(h("p", { class: "muted" }, "The engine is busy; refresh in a moment."));
+    return panel;
+  }
+  panel.append(table(["Component", "Revision", "State"], models.map((m) => h("tr", null,
+    h("th", { scope: "row" }, m.name, h("span", { class: "sub" }, m.kind)),
+    h("td", { class: "wrap-any" }, m.revision ? h("code", null, m.revision) : "—"),
+    h("td", null, stateBadge(m.state)))), { "aria-label": "Models" }));
+  return panel;
+}
+
+export async function runtimePage(main) {
+  const [status, extra] = await Promise.all([call("runtime_status"), view("/ui/api/runtime")]);
+  const db = extra.database;
+  const schema = db.schema_version === null ? "—"
+    : `${db.schema_version}${db.expected_schema_version && db.expected_schema_version !== db.schema_version
+      ? ` (this build expects ${db.expected_schema_version})` : ""}`;
+  const blobs = extra.blob_store.size;
+  const refresh = h("button", { class: "secondary", type: "button", onclick: () => runtimePage(main) }, "Refresh");
+  fill(main, 
+    h("div", { class: "row spread" }, h("h1", null, "Runtime"), refresh),
+    h("div", { class: "grid" },
+      h("section", { class: "panel", "aria-labelledby": "daemon-h" }, h("h2", { id: "daemon-h" }, "Daemon"), facts([
+        ["Version", `${status.version} (API ${status.api_version})`],
+        ["PID", String(status.pid)],
+        ["Uptime", `${fmtDuration(status.uptime_seconds)} — since ${fmtTime(status.started_at)}`],
+        ["Home", h("code", null, status.home)],
+        ["Socket", status.socket ? h("code", null, status.socket) : "—"],
+        ["Engine", status.engine_busy ? `busy (${status.in_flight} call(s) running or queued)` : "idle"],
+      ])),
+      h("section", { class: "panel", "aria-labelledby": "storage-h" }, h("h2", { id: "storage-h" }, "Storage"), facts([
+        ["Database", h("span", null, fmtBytes(db.bytes), " ", h("code", { class: "small" }, db.path))],
+        ["Schema version", schema],
+        ["Blob store", h("span", null, blobs ? `${fmtBytes(blobs.bytes)} in ${blobs.files} blob(s)` : "empty", " ",
+          h("code", { class: "small" }, extra.blob_store.path))],
+      ]))),
+    h("div", { class: "stack" }, projectsPanel(extra.projects), modelsPanel(extra.models), latencyPanel(extra.recent_latency)),
+  );
+}

@@ -1,0 +1,351 @@
+"""The UI app in process (no browser, no subprocess): who may call it, what it answers, and the
+pieces the daemon wires it with (listener routing, the UI port, ``ui.json``, ``memcore ui``).
+
+An in-memory engine behind the real daemon app and the real UI app, over Starlette's test client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import stat
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from memory_core.adapters.in_memory.storage import InMemoryScanner
+from memory_core.entrypoints.bootstrap import bootstrap_in_memory
+from memory_core.entrypoints.daemon import cli as daemon_cli
+from memory_core.entrypoints.daemon.app import create_app
+from memory_core.entrypoints.daemon.dispatch import Context
+from memory_core.entrypoints.daemon.server import bind_ui_socket
+from memory_core.entrypoints.ui import launch
+from memory_core.entrypoints.ui.app import STATIC, by_listener, create_ui_app
+from memory_core.entrypoints.ui.security import CSP, Secrets
+from memory_core.errors import InvalidRequest
+from memory_core.fixture import dump
+from memory_core.model import Source
+
+PORT = 8765
+ORIGIN = f"http://127.0.0.1:{PORT}"
+DOCS = {
+    "/proj": {
+        "runbooks/deploy.md": b"# Deploy runbook\n\nDeploy with helm upgrade.\n\n## Rollback\n\nhelm rollback.\n",
+        "notes.txt": b"Coffee is on the second floor.\n",
+    }
+}
+
+
+@pytest.fixture
+def context(tmp_path: Path) -> Iterator[Context]:
+    engine = bootstrap_in_memory(scanner=InMemoryScanner(DOCS))
+    engine.add_project("proj", [Source("/proj")])
+    engine.index("proj")
+    engine.activate("proj", "how do we roll back?")
+    yield Context(engine, home=str(tmp_path / "home"), socket=None, started_at="2026-01-01T00:00:00.000Z")
+    engine.close()
+
+
+@pytest.fixture
+def ui() -> Secrets:
+    return Secrets.fresh(PORT)
+
+
+@pytest.fixture
+def http(context: Context, ui: Secrets) -> Iterator[TestClient]:
+    app = create_ui_app(context, create_app(context), ui)
+    with TestClient(app, base_url=ORIGIN, follow_redirects=False) as client:
+        yield client
+
+
+def signed_in(http: TestClient, ui: Secrets) -> TestClient:
+    http.cookies.set(ui.cookie_name, ui.token)
+    return http
+
+
+def same_origin(ui: Secrets) -> dict[str, str]:
+    return {"origin": ORIGIN, "x-memcore-csrf": ui.csrf}
+
+
+# -- the token and the cookie -------------------------------------------------------------------
+def test_the_launch_token_becomes_an_httponly_strict_cookie_and_a_clean_address(http: TestClient, ui: Secrets) -> None:
+    reply = http.get(f"/retrieval?project=proj&token={ui.token}&status=failed")
+    assert reply.status_code == 303
+    assert reply.headers["location"] == "/retrieval?project=proj&status=failed"
+    cookie = reply.headers["set-cookie"]
+    assert cookie.startswith(f"memcore_ui_{PORT}={ui.token};")
+    assert {"HttpOnly", "SameSite=Strict", "Path=/"} <= {part.strip() for part in cookie.split(";")}
+    assert ui.launch_url == f"http://127.0.0.1:{PORT}/?token={ui.token}"
+
+
+def test_a_wrong_or_missing_token_is_refused_everywhere(http: TestClient, ui: Secrets) -> None:
+    assert http.get("/?token=nope").status_code == 401
+    for path in ("/", "/runtime", "/evaluation/cases/x", "/static/app.js", "/ui/api/runtime", "/ui/api/export",
+                 "/v1/list_projects", "/v1/openapi.json", "/no/such/page"):
+        reply = http.get(path)
+        assert reply.status_code == 401, path
+    api_reply = http.get("/v1/list_projects")
+    assert api_reply.json()["error"]["code"] == "ui_unauthorized"
+    page = http.get("/runtime")
+    assert page.headers["content-type"].startswith("text/html") and "memcore ui" in page.text
+    # A cookie for another daemon's port, or with another start's token, is not this one's.
+    http.cookies.set(f"memcore_ui_{PORT + 1}", ui.token)
+    http.cookies.set(ui.cookie_name, Secrets.fresh(PORT).token)
+    assert http.get("/v1/list_projects").status_code == 401
+
+
+def test_the_cookie_or_the_bearer_token_opens_reads(http: TestClient, ui: Secrets) -> None:
+    assert http.get("/v1/list_projects", headers={"authorization": f"Bearer {ui.token}"}).status_code == 200
+    signed_in(http, ui)
+    page = http.get("/evaluation/cases/anything")
+    assert page.status_code == 200 and f'content="{ui.csrf}"' in page.text
+    assert http.get("/static/app.css").status_code == 200
+    assert http.get("/static/../app.py").status_code in (401, 404)  # never a file outside static/
+    assert http.get("/v1/list_projects").json()["projects"][0]["project"]["project_id"] == "proj"
+
+
+# -- Host, Origin and CSRF ------------------------------------------------------------------------
+@pytest.mark.parametrize("host", [f"127.0.0.1:{PORT}", f"localhost:{PORT}"])
+def test_loopback_names_are_served(http: TestClient, ui: Secrets, host: str) -> None:
+    signed_in(http, ui)
+    assert http.get("/v1/list_projects", headers={"host": host}).status_code == 200
+
+
+@pytest.mark.parametrize("host", ["attacker.example", f"attacker.example:{PORT}", "127.0.0.1", f"127.0.0.1:{PORT + 1}",
+                                  f"[::1]:{PORT}", f"0.0.0.0:{PORT}", ""])
+def test_other_host_names_are_refused_dns_rebinding(http: TestClient, ui: Secrets, host: str) -> None:
+    signed_in(http, ui)
+    reply = http.get("/v1/list_projects", headers={"host": host})
+    assert reply.status_code == 403 and reply.json()["error"]["code"] == "ui_host_not_allowed"
+
+
+def test_state_changing_requests_need_our_origin_and_the_csrf_value(http: TestClient, ui: Secrets) -> None:
+    signed_in(http, ui)
+    body = {"project_id": "proj"}
+    assert http.post("/v1/clear_retrieval_runs", json=body).json()["error"]["code"] == "ui_origin_required"
+    no_csrf = http.post("/v1/clear_retrieval_runs", json=body, headers={"origin": ORIGIN})
+    assert no_csrf.status_code == 403 and no_csrf.json()["error"]["code"] == "ui_csrf_required"
+    wrong = http.post("/v1/clear_retrieval_runs", json=body, headers={"origin": ORIGIN, "x-memcore-csrf": ui.token})
+    assert wrong.status_code == 403
+    for origin in ("http://attacker.example", f"http://localhost:{PORT}", f"https://127.0.0.1:{PORT}", "null"):
+        headers = {"origin": origin, "x-memcore-csrf": ui.csrf}
+        foreign = http.post("/v1/clear_retrieval_runs", json=body, headers=headers)
+        assert foreign.status_code == 403 and foreign.json()["error"]["code"] == "ui_origin_not_allowed", origin
+    # Reads carrying a foreign Origin (a cross-site fetch) are refused too.
+    assert http.get("/ui/api/runtime", headers={"origin": "http://attacker.example"}).status_code == 403
+    ok = http.post("/v1/clear_retrieval_runs", json=body, headers=same_origin(ui))
+    assert ok.status_code == 200 and ok.json()["deleted_runs"] == 1
+
+
+def test_a_bearer_token_may_change_state_without_an_origin_but_not_from_a_foreign_one(
+    http: TestClient, ui: Secrets
+) -> None:
+    bearer = {"authorization": f"Bearer {ui.token}"}
+    assert http.post("/v1/clear_retrieval_runs", json={"all": True}, headers=bearer).status_code == 200
+    foreign = {**bearer, "origin": "http://attacker.example"}
+    assert http.post("/v1/clear_retrieval_runs", json={"all": True}, headers=foreign).status_code == 403
+
+
+def test_the_token_in_a_query_string_never_authorizes_an_api_call(http: TestClient, ui: Secrets) -> None:
+    assert http.get(f"/v1/list_projects?token={ui.token}").status_code == 401
+    assert http.post(f"/?token={ui.token}", headers=same_origin(ui)).status_code == 401
+
+
+def test_websockets_are_refused(http: TestClient, ui: Secrets) -> None:
+    from starlette.websockets import WebSocketDisconnect
+
+    signed_in(http, ui)
+    with pytest.raises(WebSocketDisconnect), http.websocket_connect("/v1/anything") as ws:
+        ws.receive_text()
+
+
+def test_every_answer_carries_the_security_headers(http: TestClient, ui: Secrets) -> None:
+    refused = http.get("/runtime")
+    signed_in(http, ui)
+    for reply in (refused, http.get("/runtime"), http.get("/static/app.js"), http.get("/v1/list_projects"),
+                  http.post("/v1/no_such_method", json={}, headers=same_origin(ui))):
+        assert reply.headers["content-security-policy"] == CSP
+        assert reply.headers["x-content-type-options"] == "nosniff"
+        assert reply.headers["referrer-policy"] == "no-referrer"
+        assert reply.headers["x-frame-options"] == "DENY"
+        assert reply.headers["cache-control"] == "no-store"
+
+
+# -- what the UI answers ----------------------------------------------------------------------------
+def test_the_ui_calls_the_same_dispatch_table(http: TestClient, ui: Secrets, context: Context) -> None:
+    signed_in(http, ui)
+    page = http.post("/v1/list_retrieval_runs", json={"project_id": "proj"}, headers=same_origin(ui)).json()
+    assert [r["run_id"] for r in page["runs"]] == [r.run_id for r in context.engine.list_runs().runs]
+    unknown = http.post("/v1/no_such_method", json={}, headers=same_origin(ui))
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "unknown_method"
+
+
+def test_runtime_view(http: TestClient, ui: Secrets, context: Context) -> None:
+    signed_in(http, ui)
+    facts = http.get("/ui/api/runtime").json()
+    assert facts["engine_busy"] is False
+    [project] = facts["projects"]
+    generation = context.engine.show_project("proj").generation
+    assert generation is not None
+    assert project["generation"]["index_revision"] == generation.index_revision
+    assert project["generation"]["state"] == "warm"  # it ranked a query above
+    assert {m["name"] for m in facts["models"]} == {"embedding model", "reranker", "Lucene (JVM)"}
+    [recent] = facts["recent_latency"]
+    assert {"bm25", "dense", "rerank", "total"} <= set(recent["latency_ms"])
+    assert facts["database"]["bytes"] is None  # an in-memory engine: no local.db
+
+
+def test_runtime_view_answers_while_the_engine_is_busy(http: TestClient, ui: Secrets, context: Context) -> None:
+    signed_in(http, ui)
+    with context.engine_lock:  # an index run holds it for minutes
+        started = time.monotonic()
+        facts = http.get("/ui/api/runtime").json()
+        assert time.monotonic() - started < 10
+    assert facts["engine_busy"] is True and facts["projects"] is None
+
+
+def test_export_downloads_the_canonical_fixture(http: TestClient, ui: Secrets, context: Context) -> None:
+    run_id = context.engine.list_runs().runs[0].run_id
+    context.engine.create_evaluation_case(run_id)
+    signed_in(http, ui)
+    reply = http.get("/ui/api/export?project_id=proj")
+    assert reply.status_code == 200
+    assert re.fullmatch(r'attachment; filename="evaluation-set-proj-\d{8}T\d{6}Z\.json"',
+                        reply.headers["content-disposition"])
+    assert reply.content == dump(reply.json())  # canonical JSON and a newline, as `memcore eval export` writes
+    document, expected = reply.json(), json.loads(context.engine.export_evaluation_set(project_id="proj"))
+    document.pop("exported_at"), expected.pop("exported_at")
+    assert document == expected
+    assert http.get("/ui/api/export?project_id=other").json()["cases"] == []  # scoped to the project
+
+
+def test_static_assets_reach_no_other_host() -> None:
+    """No CDN, no external font or script: the only URL in the assets is SVG's namespace."""
+    for path in STATIC.iterdir():
+        text = path.read_text(encoding="utf-8")
+        urls = set(re.findall(r"(?:https?:)?//[\w.-]+\.[a-z]{2,}[^\s\"'`)]*", text))
+        assert urls <= {"http://www.w3.org/2000/svg"}, (path.name, urls)
+        assert "innerHTML" not in text and "eval(" not in text, path.name
+
+
+# -- wiring: listeners, the port, ui.json, the command --------------------------------------------
+async def _noop(scope: Any = None, receive: Any = None, send: Any = None) -> None:
+    return None
+
+
+def drive(coroutine: Any) -> None:
+    """Run a coroutine that never suspends, without an event loop (Playwright's sync API may
+    already own this thread's loop)."""
+    try:
+        coroutine.send(None)
+    except StopIteration:
+        return
+    raise AssertionError("the coroutine suspended")
+
+
+def test_each_listener_gets_its_own_app() -> None:
+    seen: list[str] = []
+
+    def app(name: str) -> Any:
+        async def handle(scope: Any, receive: Any, send: Any) -> None:
+            seen.append(name)
+
+        return handle
+
+    routed = by_listener(app("daemon"), app("ui"), PORT)
+    drive(routed({"type": "http", "server": ("/home/run/memcore.sock", None)}, _noop, _noop))
+    drive(routed({"type": "http", "server": ("127.0.0.1", PORT)}, _noop, _noop))
+    assert seen == ["daemon", "ui"]
+    with pytest.raises(RuntimeError):
+        drive(routed({"type": "http", "server": ("10.0.0.1", PORT)}, _noop, _noop))
+
+
+def test_the_ui_port_is_loopback_only_and_a_taken_one_is_a_clear_error() -> None:
+    sock = bind_ui_socket(0)
+    try:
+        host, port = sock.getsockname()
+        assert host == "127.0.0.1" and port > 0
+        with pytest.raises(InvalidRequest, match=f"cannot listen on 127.0.0.1:{port}"):
+            bind_ui_socket(port)
+    finally:
+        sock.close()
+    with pytest.raises(InvalidRequest):
+        bind_ui_socket(70000)
+
+
+def test_ui_json_is_private_and_removed_only_by_its_daemon(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    info = launch.UiInfo(url="http://127.0.0.1:1/?token=secret-token", base_url="http://127.0.0.1:1/", port=1,
+                         token="secret-token", pid=os.getpid(), started_at="now")
+    path = launch.write_ui_info(home, info)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+    assert launch.read_ui_info(home) == info
+    assert "secret-token" not in repr(info)  # the token stays out of reprs and logs
+    launch.remove_ui_info(home, os.getpid() + 1)  # a successor's file is not ours to remove
+    assert path.exists()
+    launch.remove_ui_info(home, os.getpid())
+    assert not path.exists() and launch.read_ui_info(home) is None
+    path.write_text("{not json")
+    assert launch.read_ui_info(home) is None
+
+
+def test_the_cli_has_serve_ui_options_and_the_ui_command() -> None:
+    from memory_core.entrypoints.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["serve", "--ui-port", "8123"])
+    assert (args.ui_port, args.no_ui) == (8123, False)
+    assert parser.parse_args(["serve", "--no-ui"]).no_ui
+    assert parser.parse_args(["serve"]).ui_port == 0
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--ui-port", "70000"])
+    args = parser.parse_args(["ui", "--no-open"])
+    assert args.command in daemon_cli.COMMANDS and args.no_open
+
+
+def test_a_browser_is_opened_only_where_one_can_show(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    assert not launch.display_available()
+    monkeypatch.setenv("DISPLAY", ":0")
+    assert launch.display_available()
+
+
+def test_memcore_ui_without_a_ui_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A daemon started with --no-ui (here: a stand-in answering runtime_status) has no ui.json."""
+    import uvicorn
+
+    from memory_core.entrypoints.daemon import paths
+
+    engine = bootstrap_in_memory()
+    home = tmp_path / "h"
+    sock_path = paths.default_socket_path(home)
+    paths.ensure_private_dir(sock_path.parent)
+    context = Context(engine, home=str(home), socket=str(sock_path), started_at="now")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(sock_path))
+    server = uvicorn.Server(uvicorn.Config(create_app(context), lifespan="off", log_config=None))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert launch.main(str(home), open_browser=False, start_timeout_s=5) == 1
+        assert "serves no UI" in capsys.readouterr().err
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        listener.close()
+        engine.close()
