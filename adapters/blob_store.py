@@ -12,6 +12,8 @@ from pathlib import Path
 from memory_core.canonical import is_sha256_hex, sha256_hex
 from memory_core.errors import BlobCorrupted, BlobNotFound, InvalidRequest
 
+from .crash_points import crash_point
+
 TEMP_PREFIX = ".tmp-"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -47,8 +49,9 @@ class FileBlobStore:
         digest = sha256_hex(data)
         target = self.path_of(digest)
         with contextlib.suppress(FileNotFoundError):
-            # Same name and size: already stored (get() verifies the content when read).
-            if target.stat().st_size == len(data):
+            # Already stored, unless damaged since: a flipped byte keeps the size, so the content
+            # is checked too and a damaged blob is rewritten (the next index build repairs it).
+            if target.stat().st_size == len(data) and sha256_hex(target.read_bytes()) == digest:
                 return digest
         shard = target.parent
         shard.mkdir(mode=DIR_MODE, exist_ok=True)
@@ -59,11 +62,13 @@ class FileBlobStore:
                 out.write(data)
                 out.flush()
                 os.fsync(out.fileno())
+            crash_point("blob.put.before_rename")
             os.replace(temp, target)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)
             raise
+        crash_point("blob.put.after_rename")
         fsync_dir(shard)
         return digest
 
@@ -90,6 +95,7 @@ class FileBlobStore:
         """Removes the blob; deleting an absent blob is a no-op (GC may race itself)."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path_of(digest))
+        crash_point("blob.delete.after_unlink")
 
     def digests(self) -> Iterator[str]:
         """Stored digests in sorted order; temp files and strays are never listed."""

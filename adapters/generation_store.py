@@ -27,6 +27,7 @@ from memory_core.errors import GenerationCorrupted, InvalidRequest
 from memory_core.model import Unit, validate_project_id
 
 from .blob_store import fsync_dir
+from .crash_points import crash_point
 
 STAGING_PREFIX = ".staging-"
 TRASH_PREFIX = ".trash-"
@@ -133,7 +134,9 @@ class FileGenerationStore:
         if target.exists() and self._keep_existing(target):
             self.discard(staging)
             return target
+        crash_point("generation.publish.before_seal")
         self._seal(staging, index_revision)
+        crash_point("generation.publish.before_rename")
         try:
             os.rename(staging, target)
         except OSError as exc:
@@ -141,6 +144,7 @@ class FileGenerationStore:
                 raise
             # Another builder published the same revision first; its content is identical.
             self.discard(staging)
+        crash_point("generation.publish.after_rename")
         fsync_dir(target.parent)
         return target
 
@@ -253,4 +257,5 @@ class FileGenerationStore:
         except FileNotFoundError:
             return
         fsync_dir(path.parent)
+        crash_point("generation.trash.after_rename")
         shutil.rmtree(trash, ignore_errors=True)

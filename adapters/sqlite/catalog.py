@@ -21,6 +21,7 @@ from memory_core.model import (
     validate_project_id,
 )
 
+from ..crash_points import crash_point
 from .database import storage_errors, utc_now_iso, write_transaction
 
 FileHashRow = tuple[str, int, int, str]  # (path, size, mtime_ns, sha256)
@@ -152,6 +153,8 @@ class SqliteCatalog:
                 "DELETE FROM generations WHERE project_id = ? AND index_revision NOT IN (?, ?)",
                 (g.project_id, current, previous if previous is not None else current),
             )
+            crash_point("catalog.set_current.before_commit")
+        crash_point("catalog.set_current.after_commit")
 
     # -- manifests --------------------------------------------------------------------------
 
@@ -170,6 +173,7 @@ class SqliteCatalog:
                 "INSERT OR IGNORE INTO manifests(manifest_hash, entries_json, created_at) VALUES (?, ?, ?)",
                 (digest, body.decode("utf-8"), self._clock.now_iso()),
             )
+        crash_point("catalog.put_manifest.after_commit")
         return digest
 
     def get_manifest(self, manifest_hash: str) -> tuple[ManifestEntry, ...] | None:

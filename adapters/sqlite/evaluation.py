@@ -29,6 +29,7 @@ from memory_core.evaluation import (
 from memory_core.evaluation_errors import EvaluationCaseExists, EvaluationCaseNotFound, EvaluationCorpusNotFound
 from memory_core.model import Layer, ManifestEntry
 
+from ..crash_points import crash_point
 from .database import storage_errors, utc_now_iso, write_transaction
 
 _CASE_COLUMNS = (
@@ -94,6 +95,8 @@ class SqliteEvaluationStore:
                 self._insert_corpus(conn, corpus, now)
             for r in records:
                 self._insert_case(conn, r)
+            crash_point("evaluation.add_cases.before_commit")
+        crash_point("evaluation.add_cases.after_commit")
 
     def _insert_corpus(self, conn: apsw.Connection, corpus: Corpus, now: str) -> None:
         if conn.execute("SELECT 1 FROM evaluation_corpora WHERE corpus_id = ?", (corpus.corpus_id,)).fetchall():
@@ -242,6 +245,8 @@ class SqliteEvaluationStore:
                 (fresh.version, case_id, expected_version),
             )
             self._insert_set(conn, case_id, fresh)
+            crash_point("evaluation.replace_judgments.before_commit")
+        crash_point("evaluation.replace_judgments.after_commit")
         return fresh
 
     def set_reviewed(self, case_id: str, expected_version: int, reviewed: bool) -> Case:

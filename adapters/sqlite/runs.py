@@ -49,6 +49,7 @@ from memory_core.recording import (
     RunTrace,
 )
 
+from ..crash_points import CRASH_EXIT, CRASH_POINT_ENV, crash_point
 from .database import storage_errors, utc_now_iso, write_transaction
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,6 @@ INTERRUPTED = "retrieval_interrupted"
 INTERRUPTED_STAGE = "unknown"
 MAX_ERROR_FIELD = 100  # error stage and code are short stable words; bound them anyway
 BLOB_GRACE_S = 3600.0  # a younger unreferenced blob may belong to an index build in progress
-CRASH_POINT_ENV = "MEMORY_CORE_CRASH_POINT"
-CRASH_EXIT = 70
 # Named points where a test may crash the process (or a ``fault`` hook may raise).
 AFTER_CANDIDATES = "runs.complete.after_candidates"
 AFTER_CLEAR_COMMIT = "runs.clear.after_commit"
@@ -72,12 +71,6 @@ class _Clock(Protocol):
 class _UtcClock:
     def now_iso(self) -> str:
         return utc_now_iso()
-
-
-def crash_point(name: str) -> None:
-    """Exit hard at ``name`` when ``$MEMORY_CORE_CRASH_POINT`` says so (crash tests, brief §12)."""
-    if os.environ.get(CRASH_POINT_ENV) == name:
-        os._exit(CRASH_EXIT)
 
 
 # -- owners -------------------------------------------------------------------------------------
@@ -420,6 +413,7 @@ class SqliteRunStore:
                 ),
             )  # fmt: skip
             self._prune(conn, run.project_id)
+        self._fault("runs.start.after_commit")
         return run_id
 
     def _prune(self, conn: apsw.Connection, project_id: str) -> None:
@@ -453,6 +447,7 @@ class SqliteRunStore:
             conn.executemany(_INSERT_CANDIDATE, rows)
             self._fault(AFTER_CANDIDATES)
             self._ensure_manifest(conn, trace.effective_memory_hash)
+        self._fault("runs.complete.after_commit")
 
     def fail(self, run_id: str, failure: RunFailure) -> None:
         latency = dict(failure.latency_ms)
@@ -471,6 +466,7 @@ class SqliteRunStore:
             self._check_changed(conn, run_id)
             if failure.effective_memory_hash:
                 self._ensure_manifest(conn, failure.effective_memory_hash)
+            self._fault("runs.fail.before_commit")
 
     def _check_changed(self, conn: apsw.Connection, run_id: str) -> None:
         if conn.changes() == 1:
@@ -517,6 +513,7 @@ class SqliteRunStore:
         digest = check_manifest(effective_memory)
         with self._lock, storage_errors("cannot store manifest"), write_transaction(self._conn) as conn:
             self._insert_manifest(conn, digest, effective_memory.entries)
+        self._fault("runs.record_manifest.after_commit")
         return digest
 
     def record_blob(self, sha256: str, byte_size: int, media_type: str) -> None:
@@ -527,6 +524,7 @@ class SqliteRunStore:
                 "VALUES (?, ?, ?, ?)",
                 (sha256, byte_size, media_type, self._clock.now_iso()),
             )
+        self._fault("runs.record_blob.after_commit")
 
     def run_manifest(self, manifest_hash: str) -> tuple[ManifestEntry, ...] | None:
         """The ordered manifest a Run saw, or None when it was never recorded."""
@@ -553,6 +551,7 @@ class SqliteRunStore:
             conn.execute("UPDATE retrieval_runs SET pinned = ? WHERE run_id = ?", (pinned, run_id))
             if conn.changes() == 0:
                 raise RunNotFound(f"no Retrieval Run {run_id!r}", run_id=run_id)
+        self._fault("runs.set_pinned.after_commit")
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -629,6 +628,7 @@ class SqliteRunStore:
                 [(FAILED, now, INTERRUPTED_STAGE, INTERRUPTED, interrupted_summary(pid), run_id, RUNNING)
                  for run_id, pid in gone],
             )  # fmt: skip
+            self._fault("runs.recover.before_commit")
         return len(gone)
 
     def clear(self, project_id: str | None = None) -> ClearReport:
@@ -651,6 +651,7 @@ class SqliteRunStore:
             live = self._live_digests(conn)
             stale = [(d,) for (d,) in conn.execute("SELECT sha256 FROM retrieval_corpus_blobs") if d not in live]
             conn.executemany("DELETE FROM retrieval_corpus_blobs WHERE sha256 = ?", stale)
+            self._fault("runs.clear.before_commit")
         self._fault(AFTER_CLEAR_COMMIT)
         deleted_blobs = 0
         if self._blobs is not None:
@@ -683,6 +684,7 @@ __all__ = [
     "AFTER_CANDIDATES",
     "AFTER_CLEAR_COMMIT",
     "BLOB_GRACE_S",
+    "CRASH_EXIT",
     "CRASH_POINT_ENV",
     "INTERRUPTED",
     "LIVE_BLOB_QUERIES",
