@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -100,6 +101,9 @@ def _emit_json(value: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Owner-only files everywhere, also those the CLI writes outside the home (an exported
+    # fixture holds the memory's bodies).
+    os.umask(0o077)
     args = build_parser().parse_args(argv)
     from memory_core.entrypoints import commands  # imported late: keeps --help instant
 

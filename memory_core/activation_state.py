@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from memory_core.canonical import hash_json, is_sha256_hex
+from memory_core.canonical import hash_json, is_sha256_hex, is_utf8_text
 from memory_core.errors import InvalidActivationState
 
 MAX_STATE_UNITS = 10_000
@@ -48,7 +48,12 @@ class ActivationState:
             if not isinstance(item, Mapping) or set(item) != {"unit_id", "unit_hash"}:
                 raise InvalidActivationState(f"units[{index}] must have exactly 'unit_id' and 'unit_hash'", index=index)
             unit_id, unit_hash = item["unit_id"], item["unit_hash"]
-            if not isinstance(unit_id, str) or not unit_id or len(unit_id) > MAX_UNIT_ID_CHARS:
+            if (
+                not isinstance(unit_id, str)
+                or not unit_id
+                or len(unit_id) > MAX_UNIT_ID_CHARS
+                or not is_utf8_text(unit_id)
+            ):
                 raise InvalidActivationState(f"units[{index}].unit_id is not a valid unit id", index=index)
             if not is_sha256_hex(unit_hash):
                 raise InvalidActivationState(

@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def canonical_json(value: Any) -> bytes:
@@ -24,4 +24,13 @@ def hash_json(value: Any) -> str:
 
 
 def is_sha256_hex(value: object) -> bool:
-    return isinstance(value, str) and bool(_HEX64.match(value))
+    return isinstance(value, str) and bool(_HEX64.fullmatch(value))
+
+
+def is_utf8_text(value: str) -> bool:
+    """False for strings holding lone surrogates: valid JSON, but not storable as UTF-8."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from memory_core.activation_state import ActivationState
+from memory_core.canonical import is_utf8_text
 from memory_core.errors import (
     GenerationCorrupted,
     InvalidBudget,
@@ -167,6 +168,8 @@ def _validate_query(query: object) -> str:
     query = query.strip()
     if len(query) > MAX_QUERY_CHARS:
         raise InvalidQuery(f"query is longer than {MAX_QUERY_CHARS} characters", length=len(query))
+    if not is_utf8_text(query):
+        raise InvalidQuery("query is not valid Unicode text (it holds a lone surrogate)")
     return query
 
 
@@ -291,7 +294,7 @@ class Engine:
     ) -> Activation:
         clock = _StageClock()
         # Validation: a request failing here gets a typed error and creates no Run.
-        self.catalog.get_project(project_id)
+        self.catalog.get_project(validate_project_id(project_id))
         query = _validate_query(query)
         token_budget = _validate_budget(budget, self.profile.token_budget)
         held = state if isinstance(state, ActivationState) else ActivationState.from_json(state)
@@ -339,6 +342,7 @@ class Engine:
                 self.recorder.complete(run_id, trace)
             except Exception:
                 log.exception("could not record Retrieval Run %s; the answer is unchanged", run_id)
+                self._abandon(run_id, clock, warm, opened)
                 run_id = None
         response = ActivationResponse(
             run_id=run_id or None,
@@ -460,6 +464,21 @@ class Engine:
             self.recorder.fail(run_id, failure)
         except Exception:
             log.exception("could not record the failure of Retrieval Run %s", run_id)
+
+    def _abandon(self, run_id: str, clock: _StageClock, warm: bool, opened: OpenGeneration | None) -> None:
+        """Best effort: a Run whose trace could not be written must not stay ``running``."""
+        try:
+            failure = RunFailure.bounded(
+                error_stage="record",
+                error_code="history_write_failed",
+                error_summary="the trace could not be written; the agent got its answer",
+                latency_ms=dict(clock.latency_ms),
+                warm=warm,
+                finished_at=self.now(),
+            )
+            self.recorder.fail(run_id, failure)
+        except Exception:
+            log.warning("Retrieval Run %s stays running until recovery", run_id)
 
     def close(self) -> None:
         with self._lock:

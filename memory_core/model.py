@@ -17,9 +17,9 @@ PROJECT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 def validate_project_id(name: str) -> str:
     """A project id is a lowercase slug: letters, digits, ``-`` and ``_``, at most 63 chars."""
-    if not isinstance(name, str) or not PROJECT_ID_RE.match(name):
+    if not isinstance(name, str) or not PROJECT_ID_RE.fullmatch(name):
         raise InvalidProjectName(
-            f"invalid project name {name!r}: use 1-63 lowercase letters, digits, '-' or '_'",
+            f"invalid project name {str(name)[:80]!r}: use 1-63 lowercase letters, digits, '-' or '_'",
             project=name,
         )
     return name

@@ -11,6 +11,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CRANFIELD = ROOT.parent / "shared" / "data" / "cranfield"
 
+# Any test that opens a non-loopback connection fails (no network at run time).
+from tests.reliability.network_guard import no_network  # noqa: E402, F401
+
 CRANFIELD_PROJECT = "cranfield"
 
 os.umask(0o077)

@@ -24,7 +24,7 @@ from memory_core.errors import BlobCorrupted, GenerationCorrupted, RetrievalFail
 from memory_core.fixture import evaluation_set
 from memory_core.indexing import LEXICAL_DIR, VECTOR_DIR
 from memory_core.model import Source
-from memory_core.recording import FAILED, MAX_ERROR_SUMMARY, RUNNING, RunFailure, RunStart, RunTrace
+from memory_core.recording import FAILED, MAX_ERROR_SUMMARY, RunFailure, RunStart, RunTrace
 
 from .harness import (
     PROJECT,
@@ -172,17 +172,14 @@ def test_a_full_disk_during_run_completion_leaves_the_answer_unchanged_and_no_pa
     assert response.run_id is None
     assert answer(response) == answer(expected)
     assert "could not record Retrieval Run" in caplog.text
-    # The completion rolled back whole: the Run it started holds no candidate.
+    # The completion rolled back whole: the Run it started holds no candidate, and it was
+    # marked failed (history_write_failed) rather than left running (B7, fixed).
     started = rows(engine, "SELECT run_id, status, candidate_count FROM retrieval_runs ORDER BY started_at DESC")[0]
-    assert started[1:] == (RUNNING, 0)
+    assert started[1:] == ("failed", 0)
     assert rows(engine, "SELECT count(*) FROM retrieval_run_candidates WHERE run_id = ?", (started[0],)) == [(0,)]
     raw_integrity(home)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="B7 (docs/reliability.md): a Run whose completion write failed stays running",
-)
 def test_a_run_whose_completion_could_not_be_written_does_not_stay_running(home: Path, disk: FullDisk) -> None:
     store = SqliteRunStore(on_disk(home / "local.db"), _blobs(home))
     engine = engine_for(home, history=store, recorder=FullDuringCompletion(store, disk))

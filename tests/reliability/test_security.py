@@ -136,10 +136,6 @@ def test_an_exported_fixture_is_owner_only_without_a_daemon(walked_home: tuple[P
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="B9 (docs/reliability.md): `memcore eval export` through the daemon writes 0644",
-)
 def test_an_exported_fixture_is_owner_only_through_the_daemon(walked_home: tuple[Path, Path]) -> None:
     _, out = walked_home
     assert mode(out / "via-daemon.json") == 0o600
