@@ -17,6 +17,7 @@ import base64
 import binascii
 import json
 import logging
+import operator
 import os
 import secrets
 import threading
@@ -287,10 +288,15 @@ _SUMMARY_COLUMNS = (
 _RESOURCE_COLUMNS = "manifest_hash, ordinal, resource_id, layer, uri, resource_hash, byte_size, media_type"
 
 
+_GET_CANDIDATE_FIELDS = operator.attrgetter(*_CANDIDATE_FIELDS)
+_HEADING_PATH = _CANDIDATE_FIELDS.index("heading_path")
+
+
 def _candidate_row(run_id: str, record: CandidateRecord) -> tuple[Any, ...]:
-    values = attrs.astuple(record, recurse=False)
-    fields = zip(_CANDIDATE_FIELDS, values, strict=True)
-    return (run_id, *[_json_list(v) if name == "heading_path" else v for name, v in fields])
+    # On the activation's hot path: attrgetter is several times faster than attrs.astuple.
+    values = list(_GET_CANDIDATE_FIELDS(record))
+    values[_HEADING_PATH] = _json_list(values[_HEADING_PATH])
+    return (run_id, *values)
 
 
 def _json_list(value: Sequence[str]) -> str:
