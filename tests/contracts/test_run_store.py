@@ -750,6 +750,8 @@ def test_a_failure_to_write_history_never_changes_the_answer(store, fail_on):
         assert bad.fragments == good.fragments and bad.activation_state == good.activation_state
     # Nothing half-written is visible: no succeeded Run without its candidates.
     for run in _all(store, RunFilter()):
-        assert run.status == RUNNING  # started, never completed: recovery fails it once we are gone
+        # Started, never completed: the engine marks it failed at once (best effort; recovery
+        # would fail it once we are gone), never a succeeded Run without its candidates.
+        assert (run.status, run.error_code) == ("failed", "history_write_failed")
         assert store.get_run(run.run_id).candidates == ()
     assert store.recover_interrupted() == 0  # we are alive
