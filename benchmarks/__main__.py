@@ -8,7 +8,16 @@ import importlib
 from benchmarks.common import ROOT, read_result
 
 # Order is the order of sections in docs/performance.md.
-MODULES = ["cranfield_quality", "activation_latency", "indexing", "bench_recording"]
+MODULES = [
+    "cranfield_quality",
+    "activation_latency",
+    "indexing",
+    "bench_recording",
+    "recording_overhead",
+    "api_overhead",
+    "peer_comparison",
+    "evaluation_scale",
+]
 
 HEADER = """# Performance
 
@@ -37,6 +46,11 @@ def main() -> int:
         result = read_result(module.NAME)
         if result is not None:
             sections.append(module.render(result))
+    from benchmarks.plots import charts_section  # matplotlib loads only here
+
+    charts = charts_section()
+    if charts is not None:
+        sections.append(charts)
     (ROOT / "docs" / "performance.md").write_text("\n".join(sections))
     print("wrote docs/performance.md")
     return 0

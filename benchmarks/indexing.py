@@ -1,0 +1,278 @@
+"""Indexing throughput, no-op and one-change re-index, peak RSS (issue 2's benchmark).
+
+Every measured index runs in its own child process, so peak RSS (``wait4``'s ``ru_maxrss``) is
+per job. A child loads the model and starts the JVM before it times ``Engine.index`` and reports
+that load separately; stage times come from the progress callback's timestamps:
+
+- scan: Effective Memory (walk, hash, override) up to the first chunked resource
+- chunk: read, store blobs, chunk
+- embed: embedding-cache lookup, MiniLM on the missing units, cache writes
+- lexical: the Lucene index
+- rest: vector index, unit table, publish, catalog, prune
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import ROOT, write_result
+from benchmarks.synthetic import write_cranfield_markdown, write_synthetic_memory
+
+NAME = "indexing"
+PROJECT = "bench"
+CLI_REPEATS = 3
+NOT_MEASURED = (
+    "50,000 units: not measured. Embedding dominates ({minutes}), and the vector index switches from "
+    "exact search to an HNSW graph above 20,000 units (its build adds about a minute at 1k vectors/s)."
+)
+
+
+# -- child side -------------------------------------------------------------------------------
+class _Marks:
+    """First and last timestamp of each progress stage."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        now = time.perf_counter()
+        self.first.setdefault(stage, now)
+        self.last[stage] = now
+
+
+def _stages(marks: _Marks, start: float, end: float) -> dict[str, float]:
+    if "chunk" not in marks.first or "lexical index" not in marks.first:
+        return {}
+    return {
+        "scan": marks.first["chunk"] - start,
+        "chunk": marks.last["chunk"] - marks.first["chunk"],
+        "embed": marks.first["lexical index"] - marks.last["chunk"],
+        "lexical": marks.last["lexical index"] - marks.first["lexical index"],
+        "rest": end - marks.last["lexical index"],
+    }
+
+
+def _child(job: dict[str, Any]) -> dict[str, Any]:
+    os.umask(0o077)
+    started = time.perf_counter()
+    from memory_core.adapters.jvm import ensure_jvm
+    from memory_core.entrypoints.bootstrap import bootstrap
+    from memory_core.model import Source
+
+    engine = bootstrap(job["home"])
+    if job.get("add_source"):
+        engine.add_project(PROJECT, [Source(job["add_source"])])
+    load = getattr(engine.embedder, "load", None)
+    if load is not None:
+        load()
+    ensure_jvm()
+    loaded = time.perf_counter()
+    marks = _Marks()
+    t0 = time.perf_counter()
+    report = engine.index(PROJECT, progress=marks)
+    t1 = time.perf_counter()
+    out: dict[str, Any] = {
+        "load_s": loaded - started,
+        "index_s": t1 - t0,
+        "status": report.status,
+        "resources": report.resources,
+        "units": report.units,
+        "embedded": report.embedded,
+        "reused_embeddings": report.reused_embeddings,
+        "stages_s": _stages(marks, t0, t1),
+    }
+    current = engine.catalog.current_generation(PROJECT)
+    if current is not None:  # explains units/s: MiniLM's cost grows with a unit's tokens
+        units = engine.generations.load_units(Path(current.directory))
+        out["mean_unit_tokens"] = sum(u.token_count for u in units) / max(1, len(units))
+    if job.get("noop_after"):
+        t2 = time.perf_counter()
+        again = engine.index(PROJECT)
+        out["noop_in_process_s"] = time.perf_counter() - t2
+        out["noop_status"] = again.status
+    engine.close()
+    return out
+
+
+# -- parent side ------------------------------------------------------------------------------
+def _run_child(argv: list[str]) -> tuple[float, float, int]:
+    """(wall seconds, peak RSS in MiB, exit status) of one child process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    stderr = proc.stderr.read()  # drained before waiting, so a chatty child cannot block
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[2:4]} failed ({proc.returncode}): {stderr.decode(errors='replace')[-2000:]}")
+    return wall, usage.ru_maxrss / 1024, proc.returncode
+
+
+def _index_job(work: Path, job: dict[str, Any]) -> dict[str, Any]:
+    result_file = work / f"job-{time.monotonic_ns()}.json"
+    job = {**job, "result": str(result_file)}
+    load_before = os.getloadavg()[0]
+    wall, rss, _ = _run_child([sys.executable, "-m", "benchmarks.indexing", "--child", json.dumps(job)])
+    result = json.loads(result_file.read_text())
+    result["process_wall_s"] = wall
+    result["peak_rss_mib"] = rss
+    result["loadavg_1m"] = [load_before, os.getloadavg()[0]]
+    return result
+
+
+def _memcore() -> list[str]:
+    script = Path(sys.executable).parent / "memcore"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "memory_core"]
+
+
+def _cli_noop(home: Path) -> dict[str, Any]:
+    runs = [_run_child([*_memcore(), "--home", str(home), "index", PROJECT, "--json"]) for _ in range(CLI_REPEATS)]
+    walls = [r[0] for r in runs]
+    return {"wall_s": walls, "wall_s_median": statistics.median(walls), "peak_rss_mib": max(r[1] for r in runs)}
+
+
+def _measure_corpus(name: str, source: Path, edit: Any, work: Path) -> dict[str, Any]:
+    home = work / f"home-{name}"
+    print(f"   {name}: full index", flush=True)
+    full = _index_job(work, {"home": str(home), "add_source": str(source), "noop_after": True})
+    print(f"   {name}: no-op `memcore index` x{CLI_REPEATS}", flush=True)
+    cli = _cli_noop(home)
+    edited = edit()
+    print(f"   {name}: re-index after editing {edited.name}", flush=True)
+    change = _index_job(work, {"home": str(home)})
+    return {
+        "corpus": name,
+        "resources": full["resources"],
+        "units": full["units"],
+        "full": {
+            **{k: full[k] for k in ("load_s", "index_s", "embedded", "stages_s", "process_wall_s", "peak_rss_mib")},
+            "loadavg_1m": full["loadavg_1m"],
+            "mean_unit_tokens": full.get("mean_unit_tokens"),
+            "units_per_s": full["units"] / full["index_s"],
+            "embedded_per_s": full["embedded"] / full["stages_s"]["embed"] if full["stages_s"] else None,
+        },
+        "noop_in_process_s": full["noop_in_process_s"],
+        "noop_cli": cli,
+        "one_change": {
+            "edited": edited.name,
+            **{k: change[k] for k in ("status", "index_s", "embedded", "reused_embeddings", "stages_s")},
+            **{k: change[k] for k in ("load_s", "process_wall_s", "peak_rss_mib")},
+        },
+    }
+
+
+def _edit_cranfield(folder: Path) -> Any:
+    def edit() -> Path:
+        path = folder / "700.md"
+        path.write_text(path.read_text(encoding="utf-8").rstrip("\n") + " an edited closing sentence .\n", "utf-8")
+        return path
+
+    return edit
+
+
+def run(quick: bool) -> dict[str, Any]:
+    os.umask(0o077)
+    synthetic_units = 1_000 if quick else 10_000
+    corpora = []
+    with tempfile.TemporaryDirectory(prefix="memcore-bench-indexing-") as tmp:
+        work = Path(tmp)
+        cran = write_cranfield_markdown(work / "cranfield")
+        corpora.append(_measure_corpus("cranfield", cran, _edit_cranfield(cran), work))
+        synthetic = write_synthetic_memory(work / "synthetic", synthetic_units)
+        corpora.append(
+            _measure_corpus(f"synthetic-{synthetic_units // 1000}k", synthetic.folder, synthetic.edit_one, work)
+        )
+    return write_result(NAME, {"quick": quick, "corpora": corpora})
+
+
+# -- document ---------------------------------------------------------------------------------
+def _s(x: float | None) -> str:
+    if x is None:
+        return "–"
+    return f"{x:.2f}" if x < 10 else f"{x:.1f}"
+
+
+def _not_measured(result: dict[str, Any]) -> str:
+    rates = [c["full"]["embedded_per_s"] for c in result["corpora"] if c["corpus"].startswith("synthetic")]
+    if rates and rates[0]:
+        minutes = f"about {50_000 / rates[0] / 60:.0f} minutes of MiniLM at this run's {rates[0]:.0f} units/s"
+    else:
+        minutes = "tens of minutes of MiniLM on these 2 cores"
+    return NOT_MEASURED.format(minutes=minutes)
+
+
+def render(result: dict[str, Any]) -> str:
+    m = result["machine"]
+    lines = [
+        "## Indexing",
+        "",
+        f"Measured {m['date']} on {m['cpus']} CPUs ({m['processor']}, {m['platform']}, Python {m['python']})"
+        + (", quick run" if result.get("quick") else "")
+        + ". Each index runs in a fresh child process (peak RSS is that process's `ru_maxrss`, JVM included); "
+        "the model and the JVM load before the clock starts (`load`). Cranfield is one markdown file "
+        "per document; the synthetic project is notes of ten H2 sections of Cranfield sentences, one "
+        "unit per section (`benchmarks/synthetic.py`). Other jobs shared the 2 cores during the run, so "
+        "absolute times are noisy; the ratios within a row come from the same run.",
+        "",
+        "### First full index",
+        "",
+        "| corpus | resources | units | tokens/unit | load (s) | index (s) | units/s | scan | chunk | embed "
+        "| lexical | rest | peak RSS (MiB) | load avg |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in result["corpora"]:
+        f = c["full"]
+        st = f["stages_s"]
+        lines.append(
+            f"| {c['corpus']} | {c['resources']:,} | {c['units']:,} | {_s(f.get('mean_unit_tokens'))} | "
+            f"{_s(f['load_s'])} | {_s(f['index_s'])} | "
+            f"{f['units_per_s']:.0f} | {_s(st.get('scan'))} | {_s(st.get('chunk'))} | {_s(st.get('embed'))} | "
+            f"{_s(st.get('lexical'))} | {_s(st.get('rest'))} | {f['peak_rss_mib']:.0f} | "
+            + "–".join(f"{x:.1f}" for x in f.get("loadavg_1m", []))
+            + " |"
+        )
+    lines += [
+        "",
+        "Stage columns are seconds: scan (walk and hash the sources), chunk (read, blob store, chunk), "
+        "embed (cache lookup and MiniLM), lexical (Lucene), rest (vector index, units, publish); "
+        "`load avg` is the 1-minute load average before and after the job (2.0 means both cores busy).",
+        "",
+        "### Re-index",
+        "",
+        "| corpus | no-op, in process (s) | no-op `memcore index` wall (s, median of "
+        f"{CLI_REPEATS}) | no-op CLI peak RSS (MiB) | one resource changed: index (s) | units embedded | "
+        "units reused | process wall incl. load (s) | peak RSS (MiB) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in result["corpora"]:
+        o = c["one_change"]
+        lines.append(
+            f"| {c['corpus']} | {c['noop_in_process_s']:.3f} | {c['noop_cli']['wall_s_median']:.2f} | "
+            f"{c['noop_cli']['peak_rss_mib']:.0f} | {_s(o['index_s'])} | {o['embedded']:,} | "
+            f"{o['reused_embeddings']:,} | {_s(o['process_wall_s'])} | {o['peak_rss_mib']:.0f} |"
+        )
+    lines += [
+        "",
+        "The one-resource change appends a sentence to one file (Cranfield `700.md`; the first section "
+        "of one synthetic note). Unit hashes include the unit's span, so every later unit of the edited "
+        "file is re-embedded too; no other file's units are.",
+        "",
+        _not_measured(result),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--child":
+    job = json.loads(sys.argv[2])
+    Path(job["result"]).write_text(json.dumps(_child(job)))
