@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_ruff_is_clean() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "memory_core", "adapters", "entrypoints", "tests"],
+        [sys.executable, "-m", "ruff", "check", "memory_core", "adapters", "entrypoints", "tests", "benchmarks"],
         cwd=ROOT,
         capture_output=True,
         text=True,
