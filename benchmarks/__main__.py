@@ -46,8 +46,9 @@ def main() -> int:
         result = read_result(module.NAME)
         if result is not None:
             sections.append(module.render(result))
-    from benchmarks.plots import charts_section  # matplotlib loads only here
+    from benchmarks.plots import charts_section, draw_all
 
+    draw_all()  # the SVGs the sections link to (matplotlib loads only here)
     charts = charts_section()
     if charts is not None:
         sections.append(charts)

@@ -52,7 +52,7 @@ def run(quick: bool) -> dict[str, Any]:
     from memory_core.entrypoints.bootstrap import bootstrap
 
     os.umask(0o077)
-    cases = 250 if quick else 1_000
+    cases = 200 if quick else 1_000
     queries = cranfield_queries()
     rng = random.Random(0)
     with tempfile.TemporaryDirectory(prefix="memcore-bench-eval-") as tmp:

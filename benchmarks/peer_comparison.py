@@ -121,7 +121,7 @@ def stats(values: Sequence[float]) -> dict[str, float]:
 
 
 def run(quick: bool) -> dict[str, Any]:
-    from threadpoolctl import threadpool_limits
+    from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
     from benchmarks.cranfield_quality import Cranfield, TrecEval, document_ranking, means, ordered
     from benchmarks.recording_overhead import index_folder, loadavg
@@ -287,13 +287,12 @@ def _latency_row(label: str, v: dict[str, float]) -> str:
 
 
 def render(result: dict[str, Any]) -> str:
-    from benchmarks.plots import peer_plot
+    from benchmarks.plots import link
 
     m = result["machine"]
     q = result["quality"]
     lat = result["latency_ms"]
     g = result["ndcg10_ours_minus_peer"]
-    plot = peer_plot(result)
     lines = [
         "## Side by side with the common local-memory-server design",
         "",
@@ -339,7 +338,6 @@ def render(result: dict[str, Any]) -> str:
         f"{q['peer_rrf_unicode61']['ndcg_cut_10']:.3f} instead of {q['peer_rrf']['ndcg_cut_10']:.3f}. "
         "What the peer cannot do at any speed is explain a ranking afterwards or turn it into an evaluation case.",
     ]
-    if plot:
-        lines += ["", f"![memory-core vs the peer design]({plot})"]
+    lines += ["", link(NAME, "memory-core vs the peer design")]
     lines.append("")
     return "\n".join(lines)

@@ -1,15 +1,15 @@
 """SVG charts for docs/performance.md (matplotlib, Agg), written to ``docs/performance/``.
 
-Each function takes a saved result (``benchmarks/results/<name>.json``) and returns the chart's
-path relative to ``docs/`` (for a markdown image link), or ``None`` when there is nothing to draw.
-The SVGs are deterministic (no date, fixed hash salt), so an unchanged result gives unchanged
-bytes. ``charts_section`` draws the charts of results whose own sections have none.
+Each drawing function takes a saved result (``benchmarks/results/<name>.json``) and returns the
+chart's path relative to ``docs/``, or ``None`` when there is nothing to draw. ``draw_all`` (called
+by ``python -m benchmarks``) draws every chart whose result exists; ``render()`` functions only
+link to them (``link``), so rendering writes no file. The SVGs are deterministic (no date, fixed
+hash salt): an unchanged result gives unchanged bytes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from benchmarks.common import ROOT, read_result
@@ -161,34 +161,45 @@ def recording_plot(result: Mapping[str, Any] | None) -> str | None:
     return _save(fig, "recording_overhead.svg")
 
 
-# -- the section for charts whose results have their own (others') sections -------------------------
+# -- drawing and linking -----------------------------------------------------------------------------
+CHARTS = {
+    "activation_latency": latency_plot,
+    "cranfield_quality": quality_plot,
+    "peer_comparison": peer_plot,
+    "recording_overhead": recording_plot,
+}
+# Results whose own sections (other modules) do not link their chart: linked under "Charts".
+UNLINKED = {
+    "activation_latency": "warm activation latency per stage",
+    "cranfield_quality": "B1-B4 quality on Cranfield",
+}
+
+
+def link(name: str, alt: str) -> str:
+    """The markdown image for chart ``name`` (drawn by ``draw_all`` as ``performance/<name>.svg``)."""
+    return f"![{alt}]({FOLDER.relative_to(DOCS).as_posix()}/{name}.svg)"
+
+
+def draw_all() -> list[str]:
+    """Draw every chart whose result exists; the paths written, relative to ``docs/``."""
+    drawn = [CHARTS[name](read_result(name)) for name in CHARTS]
+    return [path for path in drawn if path is not None]
+
+
 def charts_section() -> str | None:
-    """Charts for activation_latency and cranfield_quality; None when neither result exists."""
-    found = [
-        (path, alt)
-        for path, alt in (
-            (latency_plot(read_result("activation_latency")), "warm activation latency per stage"),
-            (quality_plot(read_result("cranfield_quality")), "B1-B4 quality on Cranfield"),
-        )
-        if path is not None
-    ]
+    """Links to the charts of results whose sections have none; None when no such result exists."""
+    found = [(name, alt) for name, alt in UNLINKED.items() if read_result(name) is not None]
     if not found:
         return None
     lines = ["## Charts", "", "Drawn from the JSON behind the sections above (`benchmarks/plots.py`).", ""]
-    for path, alt in found:
-        lines += [f"![{alt}]({path})", ""]
+    for name, alt in found:
+        lines += [link(name, alt), ""]
     return "\n".join(lines)
 
 
 def main() -> int:
-    for path in (
-        latency_plot(read_result("activation_latency")),
-        quality_plot(read_result("cranfield_quality")),
-        peer_plot(read_result("peer_comparison")),
-        recording_plot(read_result("recording_overhead")),
-    ):
-        if path:
-            print(Path(DOCS / path))
+    for path in draw_all():
+        print(DOCS / path)
     return 0
 
 

@@ -249,11 +249,9 @@ def render(result: dict[str, Any]) -> str:
                 f"{growth['target_ratio']}): a Run refers to its manifest by hash, so its cost follows the "
                 "number of candidates, not the corpus."
             )
-    from benchmarks.plots import recording_plot
+    from benchmarks.plots import link
 
-    plot = recording_plot(result)
-    if plot:
-        lines += ["", f"![activation recorded vs unrecorded]({plot})"]
+    lines += ["", link(NAME, "activation recorded vs unrecorded")]
     lines.append("")
     return "\n".join(lines)
 
