@@ -104,25 +104,41 @@ def _child(job: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- parent side ------------------------------------------------------------------------------
-def _run_child(argv: list[str]) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS in MiB, exit status) of one child process."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    assert proc.stderr is not None
-    stderr = proc.stderr.read()  # drained before waiting, so a chatty child cannot block
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"{argv[2:4]} failed ({proc.returncode}): {stderr.decode(errors='replace')[-2000:]}")
-    return wall, usage.ru_maxrss / 1024, proc.returncode
+# A small launcher spawns each measured process and reports its wall time and rusage. Linux
+# carries the spawning process's high-water RSS into a child across exec, so a child spawned
+# straight from this (large, model-holding) process would report this process's RSS as its own.
+_LAUNCHER = """
+import json, os, subprocess, sys, time
+argv, cwd = json.loads(sys.argv[1]), sys.argv[2]
+t0 = time.perf_counter()
+proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+stderr = proc.stderr.read()
+_, status, usage = os.wait4(proc.pid, 0)
+proc.returncode = os.waitstatus_to_exitcode(status)
+print(json.dumps({"wall_s": time.perf_counter() - t0, "maxrss_kib": usage.ru_maxrss,
+                  "rc": proc.returncode, "stderr": stderr.decode(errors="replace")[-2000:]}))
+"""
+
+
+def _run_child(argv: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MiB) of one child process."""
+    launched = subprocess.run(
+        [sys.executable, "-I", "-c", _LAUNCHER, json.dumps(argv), str(ROOT)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    out = json.loads(launched.stdout)
+    if out["rc"] != 0:
+        raise RuntimeError(f"{argv[2:4]} failed ({out['rc']}): {out['stderr']}")
+    return out["wall_s"], out["maxrss_kib"] / 1024
 
 
 def _index_job(work: Path, job: dict[str, Any]) -> dict[str, Any]:
     result_file = work / f"job-{time.monotonic_ns()}.json"
     job = {**job, "result": str(result_file)}
     load_before = os.getloadavg()[0]
-    wall, rss, _ = _run_child([sys.executable, "-m", "benchmarks.indexing", "--child", json.dumps(job)])
+    wall, rss = _run_child([sys.executable, "-m", "benchmarks.indexing", "--child", json.dumps(job)])
     result = json.loads(result_file.read_text())
     result["process_wall_s"] = wall
     result["peak_rss_mib"] = rss
