@@ -125,3 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _error(exc: MemoryCoreError) -> None:
     details = f" {json.dumps(exc.details, default=str)}" if exc.details else ""
     print(f"error[{exc.code}]: {exc.message}{details}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

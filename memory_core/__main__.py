@@ -1,3 +1,9 @@
-from memory_core.entrypoints.cli import main
+"""``python -m memory_core``: runs the CLI entrypoint as ``__main__``.
 
-raise SystemExit(main())
+A shim, not part of the pure core: it names the entrypoint module instead of importing it, so
+the core's import graph never reaches entrypoints.
+"""
+
+import runpy
+
+runpy.run_module("memory_core.entrypoints.cli", run_name="__main__", alter_sys=True)
