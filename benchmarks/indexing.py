@@ -139,7 +139,7 @@ def _index_job(work: Path, job: dict[str, Any]) -> dict[str, Any]:
     job = {**job, "result": str(result_file)}
     load_before = os.getloadavg()[0]
     wall, rss = _run_child([sys.executable, "-m", "benchmarks.indexing", "--child", json.dumps(job)])
-    result = json.loads(result_file.read_text())
+    result: dict[str, Any] = json.loads(result_file.read_text())
     result["process_wall_s"] = wall
     result["peak_rss_mib"] = rss
     result["loadavg_1m"] = [load_before, os.getloadavg()[0]]
