@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from pathlib import Path
 from typing import Any
 
 from memory_core.engine import Engine
@@ -128,9 +127,47 @@ def bootstrap(
     if recover:
         history.recover_interrupted()  # Runs left `running` by a process that is gone
     limit_blas_threads()
-    indexer = Indexer(
+    return assemble(
         catalog=catalog,
         manifests=manifests,  # type: ignore[arg-type]
+        scanner=scanner,
+        blobs=blobs,
+        generations=generations,
+        chunker=chunker,
+        embedder=embedder,
+        embedding_cache=embedding_cache,
+        lexical=lexical,
+        vectors=vectors,
+        reranker=reranker or ConvexFusionReranker(),
+        profile=profile or RankingProfile(),
+        recorder=recorder or history,
+        history=history,
+        evaluation=evaluation,
+    )
+
+
+def assemble(
+    *,
+    catalog: Catalog,
+    manifests: ManifestStore,
+    scanner: SourceScanner,
+    blobs: BlobStore,
+    generations: GenerationStore,
+    chunker: Chunker,
+    embedder: Embedder,
+    embedding_cache: EmbeddingCache,
+    lexical: LexicalIndexFactory,
+    vectors: VectorIndexFactory,
+    reranker: Reranker,
+    profile: RankingProfile,
+    recorder: RunRecorder,
+    history: RunStore,
+    evaluation: EvaluationService,
+) -> Engine:
+    """The one place the indexer and the engine are put together from their parts."""
+    indexer = Indexer(
+        catalog=catalog,
+        manifests=manifests,
         scanner=scanner,
         blobs=blobs,
         generations=generations,
@@ -144,22 +181,19 @@ def bootstrap(
     )
     return Engine(
         catalog=catalog,
-        manifests=manifests,  # type: ignore[arg-type]
+        manifests=manifests,
         generations=generations,
         indexer=indexer,
         embedder=embedder,
         lexical=lexical,
         vectors=vectors,
-        reranker=reranker or ConvexFusionReranker(),
+        reranker=reranker,
         now=utc_now,
-        profile=profile or RankingProfile(),
-        recorder=recorder or history,
+        profile=profile,
+        recorder=recorder,
         history=history,
         evaluation=evaluation,
     )
-
-
-__all__ = ["bootstrap", "Path"]
 
 
 def bootstrap_in_memory(**overrides: Any) -> Engine:
@@ -208,35 +242,9 @@ def bootstrap_in_memory(**overrides: Any) -> Engine:
         if hasattr(factory, "relocate") and hasattr(parts["generations"], "on_publish"):
             parts["generations"].on_publish.append(factory.relocate)
     history = parts.pop("history")
-    recorder = parts.pop("recorder", None) or history
-    profile = parts.pop("profile")
-    reranker = parts.pop("reranker")
-    indexer = Indexer(
-        catalog=parts["catalog"],
-        manifests=parts["manifests"],
-        scanner=parts["scanner"],
-        blobs=parts["blobs"],
-        generations=parts["generations"],
-        chunker=parts["chunker"],
-        embedder=parts["embedder"],
-        embedding_cache=parts["embedding_cache"],
-        lexical=parts["lexical"],
-        vectors=parts["vectors"],
-        now=utc_now,
-        corpus=history,
-    )
-    return Engine(
-        catalog=parts["catalog"],
-        manifests=parts["manifests"],
-        generations=parts["generations"],
-        indexer=indexer,
-        embedder=parts["embedder"],
-        lexical=parts["lexical"],
-        vectors=parts["vectors"],
-        reranker=reranker,
-        now=utc_now,
-        profile=profile,
-        recorder=recorder,
-        history=history,
-        evaluation=EvaluationService(evaluation_store, history, parts["blobs"], now=utc_now),
-    )
+    parts["recorder"] = parts.get("recorder") or history
+    evaluation = EvaluationService(evaluation_store, history, parts["blobs"], now=utc_now)
+    return assemble(history=history, evaluation=evaluation, **parts)
+
+
+__all__ = ["assemble", "bootstrap", "bootstrap_in_memory"]
