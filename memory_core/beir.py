@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from memory_core.canonical import is_utf8_text
 from memory_core.engine import Engine
 from memory_core.errors import InvalidRequest, ProjectNotFound, StorageUnavailable
 from memory_core.evaluation import (
@@ -185,7 +186,7 @@ def _json_lines(path: Path, fields: Mapping[str, bool]) -> list[tuple[str, dict[
         place = f"{path}:{n}"
         try:
             obj = json.loads(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: a line nested too deep
             raise InvalidBeirCollection(f"malformed JSON line: {exc}", place=place) from None
         if not isinstance(obj, dict):
             raise InvalidBeirCollection("a line must be a JSON object", place=place)
@@ -196,6 +197,8 @@ def _json_lines(path: Path, fields: Mapping[str, bool]) -> list[tuple[str, dict[
                 continue
             if not isinstance(obj[name], str):
                 raise InvalidBeirCollection(f"field {name!r} must be a string", place=place)
+            if not is_utf8_text(obj[name]):  # "\ud800" is valid JSON, but no file or row can hold it
+                raise InvalidBeirCollection(f"field {name!r} holds a lone surrogate, not UTF-8 text", place=place)
         out.append((place, obj))
     return out
 

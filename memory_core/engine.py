@@ -63,6 +63,15 @@ from memory_core.selection import Limits, select
 
 log = logging.getLogger(__name__)
 
+# The error code of a stage failing with an exception that is not a MemoryCoreError (a model's
+# RuntimeError, say): a stable code, the same in the failed Run and in the RetrievalFailed; the
+# exception's class and message go to the Run's error_summary and the error's message.
+STAGE_ERROR = "stage_error"
+
+
+def error_code_of(exc: Exception) -> str:
+    return exc.code if isinstance(exc, MemoryCoreError) else STAGE_ERROR
+
 
 @attrs.frozen
 class Fragment:
@@ -314,11 +323,10 @@ class Engine:
             if isinstance(exc, ProjectNotIndexed):
                 exc.details["run_id"] = run_id or None
                 raise
-            code = exc.code if isinstance(exc, MemoryCoreError) else type(exc).__name__
             raise RetrievalFailed(
-                f"retrieval failed in stage {clock.stage}: {exc}",
+                f"retrieval failed in stage {clock.stage}: {type(exc).__name__}: {exc}",
                 stage=clock.stage,
-                error_code=code,
+                error_code=error_code_of(exc),
                 run_id=run_id or None,
             ) from exc
         generation = opened.generation
@@ -448,10 +456,9 @@ class Engine:
         if run_id is None:
             return
         generation = opened.generation if opened is not None else None
-        code = exc.code if isinstance(exc, MemoryCoreError) else "stage_error"
         failure = RunFailure.bounded(
             error_stage=clock.stage,
-            error_code=code,
+            error_code=error_code_of(exc),
             error_summary=f"{type(exc).__name__}: {exc}",
             latency_ms=dict(clock.latency_ms),
             warm=warm,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
-from memory_core.canonical import hash_json
+from memory_core.canonical import hash_json, is_utf8_text
 from memory_core.errors import InvalidRequest, MemoryCoreError
 from memory_core.evaluation_errors import (
     EvaluationCorpusIncomplete,
@@ -284,6 +284,11 @@ class JudgmentSet:
 _JUDGMENT_FIELDS = {"unit_id", "resource_id", "relevance", "note"}
 
 
+def _stored_text(value: object, *, nonempty: bool = False) -> bool:
+    """A string the database can store: a lone surrogate is valid JSON but not UTF-8."""
+    return isinstance(value, str) and (bool(value) or not nonempty) and is_utf8_text(value)
+
+
 def parse_judgments(raw: object) -> tuple[Judgment, ...]:
     """A judgment file ``{"judgments": [...]}`` (or its list) into judgments, strictly.
 
@@ -323,14 +328,16 @@ def parse_judgments(raw: object) -> tuple[Judgment, ...]:
         if has_unit == has_resource:
             problems.append({"index": index, "field": "unit_id", "reason": "give exactly one of unit_id, resource_id"})
         for key in ("unit_id", "resource_id"):
-            if key in item and (not isinstance(item[key], str) or not item[key]):
-                problems.append({"index": index, "field": key, "reason": "must be a non-empty string"})
+            if key in item and not _stored_text(item[key], nonempty=True):
+                problems.append({"index": index, "field": key, "reason": "must be a non-empty UTF-8 string"})
         relevance = item.get("relevance")
         if type(relevance) is not int or not 0 <= relevance <= MAX_RELEVANCE:
             problems.append({"index": index, "field": "relevance", "reason": f"must be an integer 0-{MAX_RELEVANCE}"})
         note = item.get("note")
-        if note is not None and (not isinstance(note, str) or len(note) > MAX_NOTE_CHARS):
-            problems.append({"index": index, "field": "note", "reason": f"must be a string of <= {MAX_NOTE_CHARS}"})
+        if note is not None and (not _stored_text(note) or len(note) > MAX_NOTE_CHARS):
+            problems.append(
+                {"index": index, "field": "note", "reason": f"must be a UTF-8 string of <= {MAX_NOTE_CHARS}"}
+            )
         if len(problems) == before and type(relevance) is int:
             out.append(Judgment(relevance, item.get("unit_id"), item.get("resource_id"), note))
     if problems:

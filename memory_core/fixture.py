@@ -23,13 +23,14 @@ import base64
 import binascii
 import concurrent.futures
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from memory_core.canonical import canonical_json, is_sha256_hex, sha256_hex
-from memory_core.errors import InvalidRequest, MemoryCoreError
+from memory_core.canonical import canonical_json, is_sha256_hex, is_utf8_text, sha256_hex
+from memory_core.errors import BlobCorrupted, BlobNotFound, InvalidRequest, MemoryCoreError
 from memory_core.evaluation import (
     FIXTURE_IMPORT,
     PROVENANCES,
@@ -49,13 +50,19 @@ from memory_core.evaluation_errors import (
     InvalidFixture,
 )
 from memory_core.evaluation_report import METRIC_CONVENTIONS, CaseInput, build_report
-from memory_core.model import Layer, ManifestEntry
+from memory_core.model import Layer, ManifestEntry, validate_project_id
+from memory_core.ports import BlobStore
+from memory_core.profile import MAX_QUERY_CHARS
 from memory_core.recording import CandidateRecord
 
 FORMAT = "memory-core-evaluation-set"
 FORMAT_VERSION = 1
 UTF8, BASE64 = "utf-8", "base64"
 BLOB_WRITERS = 8
+# SQLite stores integers as signed 64 bits: a larger one is an OverflowError at insert time, after
+# the bodies were written. Every integer a fixture carries must fit.
+MIN_STORED_INT, MAX_STORED_INT = -(2**63), 2**63 - 1
+FREE_FORM = ("metric_conventions", "report")  # informative only: never stored, the report is recomputed
 
 
 # -- export ---------------------------------------------------------------------------------------
@@ -173,7 +180,10 @@ class _Bad(Exception):
 
 
 def _escape(key: str | int) -> str:
-    return str(key).replace("~", "~0").replace("/", "~1")
+    text = str(key)
+    if not is_utf8_text(text):  # the place goes into an error message, which must stay printable
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.replace("~", "~0").replace("/", "~1")
 
 
 def _pointer(path: Sequence[str | int]) -> str:
@@ -192,13 +202,15 @@ def _fail(place: str, message: str) -> InvalidFixture:
 def _str(value: Any) -> str:
     if not isinstance(value, str):
         raise _Bad("must be a string")
+    if not is_utf8_text(value):  # a lone surrogate: valid JSON, but neither storable nor hashable
+        raise _Bad("must be valid Unicode text (it holds a lone surrogate)")
     return value
 
 
 def _nonempty(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise _Bad("must be a non-empty string")
-    return value
+    return _str(value)
 
 
 def _hex(value: Any) -> str:
@@ -208,21 +220,25 @@ def _hex(value: Any) -> str:
 
 
 def _count(value: Any) -> int:
-    if type(value) is not int or value < 0:
-        raise _Bad("must be an integer >= 0")
+    if type(value) is not int or not 0 <= value <= MAX_STORED_INT:
+        raise _Bad(f"must be an integer from 0 to {MAX_STORED_INT}")
     return value
 
 
 def _rank(value: Any) -> int:
-    if type(value) is not int or value < 1:
-        raise _Bad("must be an integer >= 1")
+    if type(value) is not int or not 1 <= value <= MAX_STORED_INT:
+        raise _Bad(f"must be an integer from 1 to {MAX_STORED_INT}")
     return value
 
 
 def _num(value: Any) -> float | int:
-    if type(value) is not float and type(value) is not int:
-        raise _Bad("must be a number")
-    return value
+    # NaN and infinities reach here from a mapping (or ``1e400`` in bytes); canonical JSON, and so
+    # every hash, refuses them.
+    if type(value) is float and math.isfinite(value):
+        return value
+    if type(value) is int and MIN_STORED_INT <= value <= MAX_STORED_INT:
+        return value
+    raise _Bad("must be a finite number within 64 bits")
 
 
 def _bool(value: Any) -> bool:
@@ -270,6 +286,9 @@ def _map(item: Check) -> Check:
             raise _Bad("must be an object")
         out = {}
         for k, v in value.items():
+            # A non-string key can only come in a mapping; a lone surrogate also in bytes ("\ud800").
+            if not isinstance(k, str) or not is_utf8_text(k):
+                raise _at(_Bad("keys must be valid Unicode strings"), str(k))
             try:
                 out[k] = item(v)
             except _Bad as bad:
@@ -439,7 +458,7 @@ def _reject_constant(name: str) -> Any:
 def parse_document(data: bytes | str) -> dict[str, Any]:
     try:
         raw = json.loads(data, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise _fail("", f"not a JSON document: {exc}") from None
     if not isinstance(raw, dict):
         raise _fail("", "must be a JSON object")
@@ -464,7 +483,19 @@ def load_fixture(data: bytes | str | Mapping[str, Any]) -> EvaluationSet:
         if body["sha256"] not in used:
             raise _fail(f"/bodies/{i}", "body is used by no corpus")
     records = _records(doc["cases"], corpora)
+    for key in FREE_FORM:
+        _require_json(raw[key], f"/{key}")
     return EvaluationSet(doc["exported_at"], corpora, bodies, records, doc["report"])
+
+
+def _require_json(value: Any, place: str) -> None:
+    """The field checks refuse NaN, non-string keys and lone surrogates everywhere they look; the
+    free-form parts they skip must be canonical JSON too, or the set's report would fail later
+    with an untyped error. Only these parts: the whole document costs a third of a load again."""
+    try:
+        canonical_json(value)
+    except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
+        raise _fail(place, f"not JSON: {exc}") from None
 
 
 def _bodies(raw: list[dict[str, Any]]) -> dict[str, bytes]:
@@ -499,10 +530,14 @@ def _corpora(raw: list[dict[str, Any]], bodies: Mapping[str, bytes]) -> dict[str
     for i, c in enumerate(raw):
         place = f"/corpora/{i}"
         entries = [ManifestEntry.from_dict(r) for r in c["resources"]]
-        for key in ("resource_id", "ordinal"):
-            values = [getattr(e, key) for e in entries]
-            if len(set(values)) != len(values):
-                raise _fail(f"{place}/resources", f"duplicate {key}")
+        # The store returns a corpus ordered by ordinal, and every Effective Memory manifest lists
+        # ordinals 0..n-1 in order: any other listing would no longer hash to its corpus_id once stored.
+        for k, e in enumerate(entries):
+            if e.ordinal != k:
+                raise _fail(f"{place}/resources/{k}/ordinal", f"must be {k}: ordinals are 0..n-1 in list order")
+        resource_ids = [e.resource_id for e in entries]
+        if len(set(resource_ids)) != len(resource_ids):
+            raise _fail(f"{place}/resources", "duplicate resource_id")
         corpus = Corpus.of(entries)
         if corpus.corpus_id != c["corpus_id"]:
             raise FixtureHashMismatch(
@@ -535,6 +570,7 @@ def _records(raw: list[dict[str, Any]], corpora: Mapping[str, Corpus]) -> tuple[
         if case_id in seen:
             raise _fail(f"{place}/case_id", "duplicate case")
         seen.add(case_id)
+        _activation_fields(c, place)
         corpus = corpora.get(c["corpus_id"])
         if corpus is None:
             raise _fail(f"{place}/corpus_id", "names no corpus of this fixture")
@@ -571,6 +607,16 @@ def _records(raw: list[dict[str, Any]], corpora: Mapping[str, Corpus]) -> tuple[
         )
         records.append(CaseRecord(case, trace, sets))
     return tuple(records)
+
+
+def _activation_fields(c: Mapping[str, Any], place: str) -> None:
+    """A case comes from an activation: a query or project id no activation accepts is not one."""
+    if len(c["query"]) > MAX_QUERY_CHARS:
+        raise _fail(f"{place}/query", f"is longer than the {MAX_QUERY_CHARS} characters a query may have")
+    try:
+        validate_project_id(c["project_id"])
+    except InvalidRequest as exc:
+        raise _fail(f"{place}/project_id", exc.message) from None
 
 
 def _trace(raw: dict[str, Any], place: str) -> SourceTrace:
@@ -659,6 +705,16 @@ def _same_record(service: EvaluationService, incoming: CaseRecord) -> bool:
     return canonical_json(case_dict(mine, False)) == canonical_json(case_dict(theirs, False))
 
 
+def _blob_is_sound(blobs: BlobStore, digest: str) -> bool:
+    """Present and hashing to its name. A damaged blob is rewritten from the fixture's verified
+    body like a missing one: the fixture is a good copy, and a corrupted body must not stay."""
+    try:
+        blobs.get(digest)
+    except (BlobNotFound, BlobCorrupted):
+        return False
+    return True
+
+
 def import_fixture(service: EvaluationService, data: bytes | str | Mapping[str, Any]) -> ImportResult:
     """Verify the whole fixture, then store what is new; nothing is written on any problem.
 
@@ -685,9 +741,10 @@ def import_fixture(service: EvaluationService, data: bytes | str | Mapping[str, 
     # Every body the new cases need, also of a corpus known here (a lost blob is restored).
     digests = sorted({d for k in needed for d in loaded.corpora[k].digests()})
     # Blobs before rows: a crash in between leaves unreferenced blobs, which GC sweeps. Each put
-    # waits on fsync, so a few run at once (I/O, not CPU).
-    missing = [d for d in digests if not service.blobs.exists(d)]
+    # waits on fsync (and each check reads a whole blob), so a few run at once (I/O, not CPU).
     with concurrent.futures.ThreadPoolExecutor(max_workers=BLOB_WRITERS) as pool:
+        unusable = list(pool.map(lambda d: not _blob_is_sound(service.blobs, d), digests))
+        missing = [d for d, bad in zip(digests, unusable, strict=True) if bad]
         for _ in pool.map(service.blobs.put, (loaded.bodies[d] for d in missing)):
             pass
     written = len(missing)

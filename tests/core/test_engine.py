@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from memory_core.activation_state import ActivationState
+from memory_core.engine import STAGE_ERROR
 from memory_core.entrypoints.bootstrap import bootstrap_in_memory
 from memory_core.errors import (
     EmptyProject,
@@ -178,6 +179,9 @@ def test_a_stage_failure_is_a_failed_run_with_a_bounded_summary() -> None:
     assert info.value.stage == "rerank" and info.value.run_id == "run-1"
     ((_, failure),) = recorder.failed
     assert failure.error_stage == "rerank" and len(failure.error_summary) <= 500
+    # One code for one failure: the Run records what the caller is told; the class is in the text.
+    assert info.value.error_code == failure.error_code == STAGE_ERROR
+    assert "RuntimeError" in info.value.message and failure.error_summary.startswith("RuntimeError: ")
 
 
 @pytest.mark.parametrize("fail_on", ["start", "complete"])

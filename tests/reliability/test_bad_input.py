@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memory_core.adapters.blob_store import FileBlobStore
@@ -34,8 +34,10 @@ from memory_core.engine import Engine
 from memory_core.entrypoints.bootstrap import utc_now
 from memory_core.errors import InvalidRequest, MemoryCoreError
 from memory_core.evaluation import Corpus, EvaluationService, SourceTrace
+from memory_core.evaluation_errors import InvalidFixture
 from memory_core.fixture import load_fixture
 from memory_core.model import ManifestEntry
+from memory_core.profile import MAX_QUERY_CHARS
 from memory_core.replay import replay
 
 from .harness import PROJECT, Seeded, engine_for, files_under, restart_and_verify, seed_home, table_counts
@@ -47,11 +49,10 @@ FUZZ = settings(
     derandomize=True,  # the same inputs in CI every time; raise max_examples locally to explore
 )
 HUGE = "x" * 1_000_000
-# Lone surrogates ("\\ud800" in JSON) are valid JSON but not UTF-8: several boundaries let them
-# through to an untyped UnicodeEncodeError (strict-xfail reproductions at the end of this file).
-# Until that is fixed the fuzz strategies leave them out, so every other input keeps being checked.
+# Lone surrogates ("\\ud800" in JSON) are valid JSON but not UTF-8: every boundary must refuse
+# them with a typed error (B1, fixed; direct reproductions at the end of this file).
 LONE_SURROGATES = ("\ud800", "\udfff tail")
-FUZZ_LONE_SURROGATES = False
+FUZZ_LONE_SURROGATES = True
 NASTY_STRINGS = (
     "",
     " ",
@@ -91,8 +92,6 @@ NASTY = st.one_of(
     st.sampled_from(CONTAINERS).map(copy.deepcopy),  # a fresh object each draw: mutations must not leak
     st.integers(),
 )
-# Integers beyond SQLite's 64 bits in a fixture: a known bug, reproduced below.
-FIXTURE_NASTY = NASTY.filter(lambda v: type(v) is not int or -(2**63) <= v < 2**63)
 
 
 # -- fixtures: an exported fixture, mutated -------------------------------------------------------------
@@ -166,11 +165,11 @@ def mutated(draw: st.DrawFn, original: dict[str, Any]) -> dict[str, Any]:
         parent, key = _get(doc, path[:-1]), path[-1]
         op = draw(st.sampled_from(["replace", "replace", "delete", "add_key", "duplicate", "rename"]))
         if op == "replace":
-            parent[key] = draw(FIXTURE_NASTY)
+            parent[key] = draw(NASTY)
         elif op == "delete":
             del parent[key]
         elif op == "add_key" and isinstance(parent, dict):
-            parent[draw(st.sampled_from(["extra", "__proto__", "../x", ""]))] = draw(FIXTURE_NASTY)
+            parent[draw(st.sampled_from(["extra", "__proto__", "../x", ""]))] = draw(NASTY)
         elif op == "duplicate" and isinstance(parent, list):
             parent.insert(key, copy.deepcopy(parent[key]))
         elif op == "rename" and isinstance(parent, dict) and isinstance(parent[key], str):
@@ -272,31 +271,8 @@ def test_a_mutated_fixture_is_imported_whole_or_refused_with_nothing_written(
     exported: dict[str, Any], target: Callable[..., Target], form: str, data: st.DataObject
 ) -> None:
     doc = data.draw(mutated(exported), label="fixture")
-    assume(ordinals_ascend(doc))
-    if form == "mapping":
-        assume(json_safe(doc))  # NaN in a mapping: a known bug, reproduced below
     payload = json.dumps(doc, allow_nan=True).encode() if form == "bytes" else doc
     import_outcome(target(), payload)
-
-
-def ordinals_ascend(doc: Any) -> bool:
-    """False for a corpus listing its resources out of ordinal order (a known bug, reproduced below)."""
-    try:
-        for corpus in doc["corpora"]:
-            ordinals = [r["ordinal"] for r in corpus["resources"]]
-            if ordinals != sorted(ordinals):
-                return False
-    except (KeyError, TypeError):
-        pass  # malformed: refused anyway
-    return True
-
-
-def json_safe(doc: Any) -> bool:
-    try:
-        json.dumps(doc, allow_nan=False)
-    except ValueError:
-        return False
-    return True
 
 
 SYSTEMATIC_VALUES: tuple[Any, ...] = (
@@ -305,6 +281,7 @@ SYSTEMATIC_VALUES: tuple[Any, ...] = (
     0,
     -1,
     2**63 - 1,
+    2**63,
     1.5,
     math.nan,
     "",
@@ -315,7 +292,7 @@ SYSTEMATIC_VALUES: tuple[Any, ...] = (
     HUGE,
     [],
     {},
-)  # fmt: skip (2**63 and beyond: a known bug, reproduced below)
+)
 
 
 @pytest.mark.parametrize("reseal_it", [False, True], ids=["as-is", "resealed"])
@@ -333,8 +310,6 @@ def test_every_fixture_field_with_every_bad_value_is_accepted_whole_or_refused(
             _get(doc, path[:-1])[path[-1]] = copy.deepcopy(value)
             if reseal_it:
                 reseal(doc)
-            if not ordinals_ascend(doc):
-                continue  # a known bug, reproduced below
             if import_outcome(into, json.dumps(doc, allow_nan=True).encode(), export=False) == "accepted":
                 into = target(memory=True)  # start empty again (a refused import wrote nothing)
             tried += 1
@@ -441,8 +416,7 @@ def activation_outcome(engine: Engine, project: Any, query: Any, budget: Any, st
 
 @settings(FUZZ, max_examples=300)
 @given(
-    # Strings only: a non-string or a lone-surrogate project id is a known bug, reproduced below.
-    project=st.one_of(st.just(PROJECT), st.just(PROJECT), STRINGS),
+    project=st.one_of(st.just(PROJECT), st.just(PROJECT), NASTY),
     query=QUERIES_FUZZ,
     budget=BUDGETS,
     state=STATES,
@@ -598,10 +572,9 @@ def test_a_malformed_beir_folder_is_imported_whole_or_refused_with_nothing_writt
     assert len(result.case_ids) == result.created
 
 
-# -- known bugs: minimal reproductions ----------------------------------------------------------------
-# Strict xfail where still open (B1 in activation, B2 and B4 are fixed): each fails the suite once
-# fixed, as a reminder to let the fuzz strategies above take
-# these inputs back (FUZZ_LONE_SURROGATES, the project and mapping filters).
+# -- bugs found here (B1-B6, docs/reliability.md), now fixed: minimal reproductions ------------------
+# Each was a strict xfail until fixed; the fuzz strategies above take these inputs again
+# (FUZZ_LONE_SURROGATES, non-string project ids, NaN mappings, huge integers, ordinals in any order).
 
 SURROGATE = "\ud800"
 
@@ -624,17 +597,10 @@ def _refused_with_nothing_written(
     assert home_state(engine, base) == before
 
 
-LONE_SURROGATE_BUG = "B1 (docs/reliability.md): a lone surrogate passes validation to an untyped error"
-
-
-_STILL_OPEN = pytest.mark.xfail(strict=True, reason=LONE_SURROGATE_BUG)
-
-
 @pytest.mark.parametrize(
     "where",
-    ["activation-query", "activation-state", "activation-project",
-     pytest.param("judgment-note", marks=_STILL_OPEN), pytest.param("fixture-query", marks=_STILL_OPEN),
-     pytest.param("beir-document", marks=_STILL_OPEN), pytest.param("beir-query", marks=_STILL_OPEN)],
+    ["activation-query", "activation-state", "activation-project", "judgment-note", "fixture-query",
+     "beir-document", "beir-query"],
 )  # fmt: skip
 def test_a_lone_surrogate_is_refused_with_a_typed_error_and_nothing_written(
     where: str, engine: Engine, seeded: Seeded, exported: dict[str, Any], target: Callable[..., Target],
@@ -675,10 +641,6 @@ def test_a_non_string_project_id_is_refused_with_a_typed_error(engine: Engine, p
     activation_outcome(engine, project, "locks", None, None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="B3 (docs/reliability.md): a fixture mapping with NaN or a non-string key: untyped error",
-)
 @pytest.mark.parametrize("value", ["nan", "int-key"])
 def test_a_fixture_mapping_that_is_not_json_is_refused(
     exported: dict[str, Any], target: Callable[..., Target], value: str
@@ -697,10 +659,6 @@ def test_a_sha256_with_a_trailing_newline_is_refused(engine: Engine) -> None:
     assert activation_outcome(engine, PROJECT, "locks", None, state).startswith("refused")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="B5 (docs/reliability.md): a fixture integer beyond 64 bits: untyped OverflowError",
-)
 def test_a_fixture_integer_beyond_64_bits_is_refused_with_nothing_written(
     exported: dict[str, Any], target: Callable[..., Target]
 ) -> None:
@@ -710,10 +668,6 @@ def test_a_fixture_integer_beyond_64_bits_is_refused_with_nothing_written(
     assert import_outcome(target(), json.dumps(doc).encode()).startswith("refused")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="B6 (docs/reliability.md): a corpus out of ordinal order loses its identity once stored",
-)
 def test_a_corpus_out_of_ordinal_order_is_refused_or_round_trips(
     exported: dict[str, Any], target: Callable[..., Target]
 ) -> None:
@@ -722,3 +676,35 @@ def test_a_corpus_out_of_ordinal_order_is_refused_or_round_trips(
     resources[0], resources[1] = resources[1], resources[0]
     reseal(doc)
     import_outcome(target(), json.dumps(doc).encode())  # accepted must mean: exports again, valid
+
+
+# -- smaller observations, fixed: a fixture case must be one an activation could have made -------------
+
+
+def _with_case_field(exported: dict[str, Any], key: str, value: str) -> bytes:
+    """The exported fixture with its first case's (and trace's) ``key`` set, every hash recomputed."""
+    doc = copy.deepcopy(exported)
+    doc["cases"][0][key] = doc["cases"][0]["trace"][key] = value
+    reseal(doc)
+    return json.dumps(doc).encode()
+
+
+def test_a_fixture_query_longer_than_an_activation_accepts_is_refused(
+    exported: dict[str, Any], target: Callable[..., Target]
+) -> None:
+    assert import_outcome(target(), _with_case_field(exported, "query", "q" * MAX_QUERY_CHARS)) == "accepted"
+    too_long = _with_case_field(exported, "query", "q" * (MAX_QUERY_CHARS + 1))
+    assert import_outcome(target(), too_long) == f"refused:{InvalidFixture.code}"
+    with pytest.raises(InvalidFixture, match="longer than"):
+        load_fixture(too_long)
+
+
+@pytest.mark.parametrize("project", ["Proj", "a/b", "", "x" * 64])
+def test_a_fixture_project_id_that_is_not_a_slug_is_refused(
+    exported: dict[str, Any], target: Callable[..., Target], project: str
+) -> None:
+    payload = _with_case_field(exported, "project_id", project)
+    assert import_outcome(target(), payload) == f"refused:{InvalidFixture.code}"
+    with pytest.raises(InvalidFixture) as refused:
+        load_fixture(payload)
+    assert refused.value.place == "/cases/0/project_id"

@@ -19,8 +19,8 @@ from memory_core.adapters.blob_store import FileBlobStore
 from memory_core.adapters.in_memory.vectors import HashingEmbedder
 from memory_core.adapters.sqlite.catalog import SqliteCatalog
 from memory_core.adapters.sqlite.runs import SqliteRunStore
-from memory_core.engine import ActivationResponse, Engine
-from memory_core.errors import BlobCorrupted, GenerationCorrupted, RetrievalFailed, StorageUnavailable
+from memory_core.engine import STAGE_ERROR, ActivationResponse, Engine
+from memory_core.errors import BlobCorrupted, GenerationCorrupted, InvalidRequest, RetrievalFailed, StorageUnavailable
 from memory_core.fixture import evaluation_set
 from memory_core.indexing import LEXICAL_DIR, VECTOR_DIR
 from memory_core.model import Source
@@ -243,11 +243,8 @@ def test_a_corrupted_blob_is_detected_on_read_and_export_and_never_served(home: 
     assert engine.export_evaluation_set() != b"" and fixture
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="B8 (docs/reliability.md): importing a fixture never repairs a damaged blob",
-)
 def test_importing_a_fixture_repairs_a_corrupted_blob(home: Path) -> None:
+    """B8, fixed: a blob that fails verification is rewritten from the fixture's body, like a missing one."""
     engine = engine_for(home)
     run_id = engine.activate(PROJECT, QUERY).response.run_id
     assert run_id
@@ -256,10 +253,13 @@ def test_importing_a_fixture_repairs_a_corrupted_blob(home: Path) -> None:
     blobs = engine.evaluations().blobs
     assert isinstance(blobs, FileBlobStore)
     digest = engine.evaluations().get_corpus(case.corpus_id).digests()[0]
+    original = blobs.get(digest)
     engine.evaluations().delete_case(case.case_id)
     flip_byte(blobs.path_of(digest))
-    engine.import_evaluation_set(fixture)
-    blobs.get(digest)
+    result = engine.import_evaluation_set(fixture)
+    assert result.cases_added == (case.case_id,) and result.blobs_written == 1  # only the damaged one
+    assert blobs.get(digest) == original
+    assert engine.export_evaluation_set()  # reads every body verified: exportable again
 
 
 # -- a corrupted generation ----------------------------------------------------------------------------
@@ -321,16 +321,16 @@ class WrongDimensions(HashingEmbedder):
 
 
 @pytest.mark.parametrize(
-    ("overrides", "stage"),
+    ("overrides", "stage", "code"),
     [
-        ({"embedder": BrokenEmbedder()}, "embed_query"),
-        ({"embedder": WrongDimensions()}, "dense"),
-        ({"reranker": BrokenReranker()}, "rerank"),
+        ({"embedder": BrokenEmbedder()}, "embed_query", STAGE_ERROR),  # a RuntimeError: not typed
+        ({"embedder": WrongDimensions()}, "dense", InvalidRequest.code),  # the vector index's typed error
+        ({"reranker": BrokenReranker()}, "rerank", STAGE_ERROR),  # a MemoryError
     ],
     ids=["embedder-raises", "embedder-wrong-dimensions", "reranker-raises"],
 )
 def test_a_model_that_fails_makes_a_failed_run_with_its_stage(
-    home: Path, overrides: dict[str, object], stage: str
+    home: Path, overrides: dict[str, object], stage: str, code: str
 ) -> None:
     engine: Engine = engine_for(home, **overrides)
     with pytest.raises(RetrievalFailed) as failure:
@@ -339,7 +339,7 @@ def test_a_model_that_fails_makes_a_failed_run_with_its_stage(
     assert err.stage == stage and err.run_id
     summary = engine.get_run(err.run_id).summary
     assert (summary.status, summary.error_stage) == (FAILED, stage)
-    assert summary.error_code and summary.error_summary
+    assert summary.error_code == err.error_code == code and summary.error_summary  # one code in both places
     assert len(summary.error_summary) <= MAX_ERROR_SUMMARY
     assert engine.get_run(err.run_id).candidates == ()
     restart_and_verify(home)
