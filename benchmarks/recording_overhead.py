@@ -60,7 +60,8 @@ def loadavg() -> float:
 
 # -- the measurement --------------------------------------------------------------------------
 class TimedRecorder:
-    """Delegates to a RunRecorder and times its ``start`` (insert + retention) and ``complete``."""
+    """Delegates to a RunRecorder and times its ``start`` and ``complete`` calls, as the activation
+    sees them (the ``running`` insert and the prune happen on the store's writer thread)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -166,7 +167,7 @@ def measure(engine: Any, queries: list[str]) -> dict[str, Any]:
 def run(quick: bool) -> dict[str, Any]:
     os.umask(0o077)
     sizes = [1_000] if quick else [1_000, 3_000, 10_000]
-    queries = cranfield_queries(WARMUP + (60 if quick else 150))
+    queries = cranfield_queries(WARMUP + (60 if quick else 200))
     rows = []
     with tempfile.TemporaryDirectory(prefix="memcore-bench-recording-") as tmp:
         work = Path(tmp)
@@ -200,10 +201,12 @@ def render(result: dict[str, Any]) -> str:
         "the same warm activations alternately recorded by the real `SqliteRunStore` and unrecorded "
         f"(`NullRecorder`), in ABBA order, after {WARMUP} warm-up pairs. The history starts at its retention "
         f"cap ({result['retention_cap_runs']} Runs), so each recorded activation also prunes the oldest Run. "
-        "Latency is the wall time of `Engine.activate` in milliseconds; *recorder* is the time spent inside "
-        "`start` (insert the `running` Run, prune past the cap) + `complete` (the candidates and the terminal "
-        "status in one transaction). The machine is shared and noisy (`load avg`: "
-        "1-minute load before and after); ratios come from interleaved pairs of the same run.",
+        "Latency is the wall time of `Engine.activate` in milliseconds; *recorder* is the time the activation "
+        "spends inside `start` (hand the insert of the `running` Run and the prune past the cap to the store's "
+        "writer thread, which does them while the pipeline ranks) + `complete` (wait for that insert if it is "
+        "still pending, then the candidates and the terminal status in one transaction). The machine is "
+        "shared and noisy (`load avg`: 1-minute load before and after); ratios come from interleaved pairs "
+        "of the same run.",
         "",
         "| units | pairs | unrecorded p50 / p95 | recorded p50 / p95 | ratio of p50 | ratio of p95 "
         "| median paired ratio | recorder p50 / p95 | start / complete p50 | candidates p50 | load avg |",

@@ -25,6 +25,7 @@ from memory_core.errors import (
     MemoryCoreError,
     ProjectNotIndexed,
     RetrievalFailed,
+    RunNotFound,
     StorageUnavailable,
 )
 from memory_core.evaluation import Case, EvaluationService, JudgmentSet
@@ -484,6 +485,8 @@ class Engine:
                 finished_at=self.now(),
             )
             self.recorder.fail(run_id, failure)
+        except RunNotFound:
+            pass  # its start was never written either (the store inserts it while we rank)
         except Exception:
             log.warning("Retrieval Run %s stays running until recovery", run_id)
 
@@ -492,3 +495,5 @@ class Engine:
             opened, self._open = list(self._open.values()), {}
         for o in opened:
             o.close()
+        if self.history is not None:
+            self.history.close()  # pending Run writes land before the caller lets go

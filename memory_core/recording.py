@@ -220,3 +220,7 @@ class RunStore(RunRecorder, CorpusRegistry, Protocol):
     def clear(self, project_id: str | None = None) -> ClearReport:
         """Delete unpinned Runs (one project or all) and garbage-collect unreferenced blobs."""
         ...
+
+    def close(self) -> None:
+        """Finish pending writes; the store stays usable (it may restart its own threads)."""
+        ...

@@ -244,6 +244,9 @@ class InMemoryRunStore:
                 failed += 1
         return failed
 
+    def close(self) -> None:
+        """Nothing pending: every write is done inline."""
+
     def clear(self, project_id: str | None = None) -> ClearReport:
         boot = current_boot_id()
         with self._lock:

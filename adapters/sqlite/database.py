@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import apsw
+import attrs
 
 from memory_core.errors import StorageUnavailable
 
@@ -117,6 +118,37 @@ def _tighten_sidecars(path: Path) -> None:
         sidecar = path.with_name(path.name + suffix)
         with contextlib.suppress(FileNotFoundError):
             os.chmod(sidecar, 0o600)
+
+
+@attrs.frozen
+class SiblingSettings:
+    """How to open another connection to an open database: same file, VFS, flags and settings."""
+
+    filename: str
+    flags: int
+    vfs: str
+    busy_timeout_ms: int
+
+    @classmethod
+    def of(cls, conn: apsw.Connection) -> SiblingSettings | None:
+        """None for an in-memory database (no other connection can see it)."""
+        if not conn.filename:
+            return None
+        busy = int(conn.execute("PRAGMA busy_timeout").fetchall()[0][0])
+        return cls(conn.filename, conn.open_flags, conn.open_vfs, busy)
+
+    def open(self) -> apsw.Connection:
+        """The schema is the first connection's business: no migration here."""
+        with storage_errors(f"cannot open database {self.filename!r}"):
+            conn = apsw.Connection(self.filename, flags=self.flags, vfs=self.vfs)
+            try:
+                conn.setbusytimeout(self.busy_timeout_ms)
+                conn.execute("PRAGMA foreign_keys = ON")  # per connection: cascades need it
+                conn.execute("PRAGMA synchronous = NORMAL")
+            except BaseException:
+                conn.close()
+                raise
+        return conn
 
 
 def open_database(

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import apsw
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memory_core.adapters.blob_store import FileBlobStore
 from memory_core.adapters.sqlite import SCHEMA_VERSION, SqliteCatalog, open_database, schema_version
@@ -26,8 +28,9 @@ from memory_core.adapters.sqlite.runs import (
     CRASH_POINT_ENV,
     INTERRUPTED,
     SqliteRunStore,
+    _heading_path_json,
 )
-from memory_core.errors import StorageUnavailable
+from memory_core.errors import RunNotFound, StorageUnavailable
 from memory_core.model import EffectiveMemory, Generation, IndexRevisions, Layer, ManifestEntry, Project, Source
 from memory_core.recording import FAILED, RUNNING, SUCCEEDED, RunFilter
 from tests.contracts.test_run_store import failure, ranked, run_start, trace_of, ts
@@ -204,15 +207,21 @@ def test_a_busy_database_is_storage_unavailable_and_records_nothing(tmp_path):
     holder = open_database(tmp_path / "local.db")
     store = SqliteRunStore(open_database(tmp_path / "local.db", busy_timeout_ms=50))
     run_id = store.start(run_start())
+    assert store.get_run(run_id).summary.status == RUNNING  # reads wait for pending inserts
     holder.execute("BEGIN IMMEDIATE")
     try:
+        # start answers at once; its insert (on the writer thread) times out on the lock, and
+        # whoever completes that Run gets the error.
+        blocked = store.start(run_start())
         with pytest.raises(StorageUnavailable):
-            store.start(run_start())
+            store.complete(blocked, trace_of(ranked(1)))
         with pytest.raises(StorageUnavailable):
             store.complete(run_id, trace_of(ranked(1)))
     finally:
         holder.execute("ROLLBACK")
     assert store.get_run(run_id).summary.status == RUNNING
+    with pytest.raises(RunNotFound):
+        store.get_run(blocked)
     assert count(holder, "retrieval_runs") == 1
     store.complete(run_id, trace_of(ranked(1)))
     holder.close()
@@ -443,3 +452,83 @@ def test_files_stay_owner_only_with_a_loose_umask(tmp_path):
         conn.close()
     finally:
         os.umask(previous)
+
+
+# -- the writer thread: a Run's `running` insert overlaps the pipeline --------------------------
+
+
+def _writer_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("memcore-runs")]
+
+
+def test_running_inserts_use_their_own_connection_so_the_store_connection_stays_free(home):
+    conn, _, _ = home
+    store = SqliteRunStore(conn)
+    run_ids = []
+    for i in range(40):
+        run_ids.append(store.start(run_start(i=i)))
+        # The store's own connection is never busy in the writer thread (apsw would raise
+        # ThreadingViolationError if it were shared).
+        conn.execute("SELECT count(*) FROM retrieval_runs").fetchall()
+    for run_id in run_ids:
+        store.complete(run_id, trace_of(ranked(3)))
+    statuses = [store.get_run(r).summary.status for r in run_ids]
+    assert statuses == [SUCCEEDED] * len(run_ids)
+    assert count(conn, "retrieval_runs") == len(run_ids)
+
+
+def test_reads_wait_for_the_runs_this_store_started(home):
+    conn, _, _ = home
+    store = SqliteRunStore(conn)
+    run_ids = [store.start(run_start(i=i)) for i in range(25)]
+    page = store.list_runs(RunFilter(status=RUNNING), limit=100)
+    assert {r.run_id for r in page.runs} == set(run_ids)
+    assert store.get_run(run_ids[-1]).summary.status == RUNNING
+
+
+def test_close_finishes_pending_inserts_and_stops_the_writer_thread(home):
+    conn, _, _ = home
+    before = set(_writer_threads())
+    store = SqliteRunStore(conn)
+    first = store.start(run_start(i=1))
+    assert set(_writer_threads()) - before  # started on demand
+    store.close()
+    assert not set(_writer_threads()) - before
+    assert count(conn, "retrieval_runs", "WHERE run_id = ?", (first,)) == 1
+    second = store.start(run_start(i=2))  # usable again: a new writer thread
+    store.complete(second, trace_of(ranked(2)))
+    assert store.get_run(second).summary.status == SUCCEEDED
+    store.close()
+
+
+def test_a_failed_insert_reaches_whoever_fails_that_run_and_leaves_no_row(tmp_path):
+    holder = open_database(tmp_path / "local.db")
+    store = SqliteRunStore(open_database(tmp_path / "local.db", busy_timeout_ms=50))
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        run_id = store.start(run_start())
+        with pytest.raises(StorageUnavailable):
+            store.fail(run_id, failure())
+    finally:
+        holder.execute("ROLLBACK")
+    with pytest.raises(RunNotFound):
+        store.get_run(run_id)
+
+
+def test_an_in_memory_database_inserts_inline(tmp_path):
+    before = set(_writer_threads())
+    store = SqliteRunStore(open_database(":memory:"))
+    run_id = store.start(run_start())
+    assert not set(_writer_threads()) - before
+    assert count(store.connection, "retrieval_runs") == 1
+    store.complete(run_id, trace_of(ranked(2)))
+    assert store.get_run(run_id).summary.status == SUCCEEDED
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(), max_size=6))
+def test_a_heading_path_is_stored_as_json_dumps_writes_it(heading_path: list[str]) -> None:
+    # The hot path's encoder is hand-assembled from json's own string encoder: it must agree
+    # with json.dumps byte for byte, so stored traces and fixtures hash the same as ever.
+    assert _heading_path_json(tuple(heading_path)) == json.dumps(heading_path, ensure_ascii=False)
+    assert json.loads(_heading_path_json(heading_path)) == heading_path

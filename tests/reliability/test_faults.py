@@ -127,7 +127,9 @@ class FullDuringCompletion:
         self.disk = disk
 
     def start(self, run: RunStart) -> str:
-        return self.store.start(run)
+        run_id = self.store.start(run)
+        self.store.close()  # the `running` row is written before the disk fills
+        return run_id
 
     def complete(self, run_id: str, trace: RunTrace) -> None:
         self.disk.armed = True
@@ -156,7 +158,9 @@ def test_a_full_disk_during_history_writes_leaves_the_answer_unchanged(
     disk.armed = False
     assert response.run_id is None
     assert answer(response) == answer(expected)
-    assert "could not start a Retrieval Run" in caplog.text
+    # The store inserts the `running` row while the pipeline ranks; the completion reports
+    # that insert's failure, and nothing about the Run is stored.
+    assert "cannot start Retrieval Run: database or disk is full" in caplog.text
     assert run_count(home) == before
     restart_and_verify(home)
 
