@@ -15,6 +15,7 @@ revision and unit hash, so it cannot change a result), which makes a second run 
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import tempfile
 import time
@@ -123,6 +124,19 @@ def fill_history(engine: Any, count: int) -> None:
         )
 
 
+def ratio_of_medians_ci(recorded: list[float], unrecorded: list[float], resamples: int = 2000) -> list[float]:
+    """95 % percentile-bootstrap interval of p50(recorded) / p50(unrecorded), resampling the
+    interleaved pairs together (seeded: the same data give the same interval)."""
+    rng = random.Random(0)
+    n = len(recorded)
+    ratios = []
+    for _ in range(resamples):
+        picks = [rng.randrange(n) for _ in range(n)]
+        ratios.append(percentile([recorded[i] for i in picks], 50) / percentile([unrecorded[i] for i in picks], 50))
+    ratios.sort()
+    return [ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]]
+
+
 def measure(engine: Any, queries: list[str]) -> dict[str, Any]:
     from memory_core.recording import NullRecorder
 
@@ -156,6 +170,7 @@ def measure(engine: Any, queries: list[str]) -> dict[str, Any]:
         "pairs": len(pairs),
         "wall_ms": stats,
         "ratio_p50": stats["recorded"]["p50"] / stats["unrecorded"]["p50"],
+        "ratio_p50_ci95": ratio_of_medians_ci(walls["recorded"], walls["unrecorded"]),
         "ratio_p95": stats["recorded"]["p95"] / stats["unrecorded"]["p95"],
         "median_paired_ratio": statistics.median(pairs),
         "recorder_ms": recorded.summary(),
@@ -186,8 +201,18 @@ def run(quick: bool) -> dict[str, Any]:
     target = next((r for r in rows if r["units"] == TARGET_UNITS), None)
     verdict = None
     if target is not None:
-        verdict = {"ratio_p50": target["ratio_p50"], "target": TARGET_RATIO, "met": target["ratio_p50"] <= TARGET_RATIO}
+        verdict = {
+            "ratio_p50": target["ratio_p50"],
+            "ci95": target["ratio_p50_ci95"],
+            "target": TARGET_RATIO,
+            "met": target["ratio_p50"] <= TARGET_RATIO,
+        }
     return write_result(NAME, {"quick": quick, "retention_cap_runs": RETENTION_CAP, "rows": rows, "target": verdict})
+
+
+def _ci(row: dict[str, Any]) -> str:
+    ci = row.get("ratio_p50_ci95")
+    return f" ({ci[0]:.3f}–{ci[1]:.3f})" if ci else ""
 
 
 def render(result: dict[str, Any]) -> str:
@@ -208,7 +233,7 @@ def render(result: dict[str, Any]) -> str:
         "shared and noisy (`load avg`: 1-minute load before and after); ratios come from interleaved pairs "
         "of the same run.",
         "",
-        "| units | pairs | unrecorded p50 / p95 | recorded p50 / p95 | ratio of p50 | ratio of p95 "
+        "| units | pairs | unrecorded p50 / p95 | recorded p50 / p95 | ratio of p50 (95% CI) | ratio of p95 "
         "| median paired ratio | recorder p50 / p95 | start / complete p50 | candidates p50 | load avg |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -216,7 +241,7 @@ def render(result: dict[str, Any]) -> str:
         w = r["wall_ms"]
         lines.append(
             f"| {r['units']:,} | {r['pairs']} | {w['unrecorded']['p50']:.1f} / {w['unrecorded']['p95']:.1f} "
-            f"| {w['recorded']['p50']:.1f} / {w['recorded']['p95']:.1f} | {r['ratio_p50']:.3f} "
+            f"| {w['recorded']['p50']:.1f} / {w['recorded']['p95']:.1f} | {r['ratio_p50']:.3f}{_ci(r)} "
             f"| {r['ratio_p95']:.3f} | {r['median_paired_ratio']:.3f} "
             f"| {r['recorder_ms']['total']['p50']:.2f} / {r['recorder_ms']['total']['p95']:.2f} "
             f"| {r['recorder_ms']['start']['p50']:.2f} / {r['recorder_ms']['complete']['p50']:.2f} "
@@ -236,6 +261,12 @@ def render(result: dict[str, Any]) -> str:
             f"Target (overhead ≤ {TARGET_RATIO - 1:.0%} at {TARGET_UNITS:,} units, ratio of p50): {state}, "
             f"{target['ratio_p50']:.3f}."
         )
+        ci = target.get("ci95")
+        if ci and ci[0] <= TARGET_RATIO < ci[1]:
+            lines[-1] += (
+                f" The 95% interval ({ci[0]:.3f}–{ci[1]:.3f}) straddles the target: on this machine the "
+                "verdict can flip between runs, so read it as about 10%, not as a margin."
+            )
     growth = read_result("recording")
     if result["rows"]:
         recorder = ", ".join(
