@@ -24,6 +24,7 @@ import os
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Any, Protocol
@@ -33,7 +34,7 @@ import attrs
 
 from memory_core.canonical import canonical_json, sha256_hex
 from memory_core.errors import InvalidRequest, RunNotFound
-from memory_core.model import EffectiveMemory, Layer, ManifestEntry
+from memory_core.model import EffectiveMemory, Layer, ManifestEntry, Unit
 from memory_core.pipeline import Candidate
 from memory_core.ports import BlobStore
 from memory_core.recording import (
@@ -296,25 +297,41 @@ _RESOURCE_COLUMNS = "manifest_hash, ordinal, resource_id, layer, uri, resource_h
 # CandidateRecord's field order (checked here, so the two can never drift apart silently).
 _UNIT_FIELDS = ("unit_id", "resource_id", "unit_hash", "resource_hash", "heading_path", "token_count")
 _STAGE_FIELDS = tuple(_CANDIDATE_FIELDS[len(_UNIT_FIELDS) :])
-if tuple(_CANDIDATE_FIELDS[: len(_UNIT_FIELDS)]) != _UNIT_FIELDS or tuple(
-    f.name for f in attrs.fields(Candidate) if f.name != "unit"
-) != _STAGE_FIELDS:
+if (
+    tuple(_CANDIDATE_FIELDS[: len(_UNIT_FIELDS)]) != _UNIT_FIELDS
+    or tuple(f.name for f in attrs.fields(Candidate) if f.name != "unit") != _STAGE_FIELDS
+):
     raise ImportError("CandidateRecord and Candidate disagree on the stored columns")
 _GET_UNIT_FIELDS = operator.attrgetter("unit_id", "resource_id", "unit_hash", "resource_hash")
 _GET_STAGE_FIELDS = operator.attrgetter(*_STAGE_FIELDS)
 
 
-def _candidate_row(run_id: str, candidate: Candidate) -> tuple[Any, ...]:
-    # On the activation's hot path (one row per candidate, ~180 per Run): read the Candidate
-    # straight into the row, no intermediate record.
-    unit = candidate.unit
-    return (
-        run_id,
-        *_GET_UNIT_FIELDS(unit),
-        _heading_path_json(unit.heading_path),
-        unit.token_count,
-        *_GET_STAGE_FIELDS(candidate),
-    )
+class _UnitColumns:
+    """The identity columns of a candidate row, per Unit, built once per Unit object.
+
+    On the activation's hot path (one row per candidate, ~180 per Run); a loaded generation
+    hands every activation the same Unit objects, so most candidates were seen before (saves
+    ~0.08 ms a Run). Keyed by ``id(unit)`` beside a weak reference to the unit: a hit must be
+    that very object (a freed unit's id can be reused), and the cache never keeps a replaced
+    generation's texts alive. Emptied when full."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self._limit = limit
+        self._seen: dict[int, tuple[weakref.ref[Unit], tuple[Any, ...]]] = {}
+
+    def __call__(self, unit: Unit) -> tuple[Any, ...]:
+        hit = self._seen.get(id(unit))
+        if hit is not None and hit[0]() is unit:
+            return hit[1]
+        columns = (*_GET_UNIT_FIELDS(unit), _heading_path_json(unit.heading_path), unit.token_count)
+        if len(self._seen) >= self._limit:
+            self._seen = {}
+        self._seen[id(unit)] = (weakref.ref(unit), columns)
+        return columns
+
+
+def _candidate_rows(run_id: str, candidates: Iterable[Candidate], unit_columns: _UnitColumns) -> list[tuple[Any, ...]]:
+    return [(run_id, *unit_columns(c.unit), *_GET_STAGE_FIELDS(c)) for c in candidates]
 
 
 def _heading_path_json(heading_path: Sequence[str]) -> str:
@@ -500,6 +517,7 @@ class SqliteRunStore:
         # One connection may serve several threads; keep each of our transactions whole.
         self._lock = threading.RLock()
         self._starts = BackgroundStarts(conn, self._lock)
+        self._unit_columns = _UnitColumns()
 
     def close(self) -> None:
         """Finish pending Run inserts and stop the writer thread (it restarts on the next Run)."""
@@ -547,7 +565,7 @@ class SqliteRunStore:
             )
 
     def complete(self, run_id: str, trace: RunTrace) -> None:
-        rows = [_candidate_row(run_id, c) for c in trace.candidates]
+        rows = _candidate_rows(run_id, trace.candidates, self._unit_columns)
         self._starts.wait(run_id)
         latency = dict(trace.latency_ms)
         with self._lock, storage_errors("cannot record Retrieval Run"), write_transaction(self._conn) as conn:

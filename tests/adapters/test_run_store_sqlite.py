@@ -3,6 +3,7 @@ blob garbage collection with a real FileBlobStore, and owner-only modes."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -12,6 +13,7 @@ import sys
 import textwrap
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import apsw
@@ -29,9 +31,19 @@ from memory_core.adapters.sqlite.runs import (
     INTERRUPTED,
     SqliteRunStore,
     _heading_path_json,
+    _UnitColumns,
 )
 from memory_core.errors import RunNotFound, StorageUnavailable
-from memory_core.model import EffectiveMemory, Generation, IndexRevisions, Layer, ManifestEntry, Project, Source
+from memory_core.model import (
+    EffectiveMemory,
+    Generation,
+    IndexRevisions,
+    Layer,
+    ManifestEntry,
+    Project,
+    Source,
+    Unit,
+)
 from memory_core.recording import FAILED, RUNNING, SUCCEEDED, RunFilter
 from tests.contracts.test_run_store import failure, ranked, run_start, trace_of, ts
 
@@ -532,3 +544,50 @@ def test_a_heading_path_is_stored_as_json_dumps_writes_it(heading_path: list[str
     # with json.dumps byte for byte, so stored traces and fixtures hash the same as ever.
     assert _heading_path_json(tuple(heading_path)) == json.dumps(heading_path, ensure_ascii=False)
     assert json.loads(_heading_path_json(heading_path)) == heading_path
+
+
+def _unit(i: int, text: str = "t") -> Unit:
+    return Unit(f"u{i}", f"r{i}", i, 0, 1, (f"H{i}",), text, i, f"{i:064x}", f"{i + 1:064x}")
+
+
+def test_unit_columns_are_each_units_own() -> None:
+    columns = _UnitColumns()
+    units = [_unit(i) for i in range(50)]
+    for _ in range(2):  # the second pass is all hits
+        for i, unit in enumerate(units):
+            assert columns(unit) == (f"u{i}", f"r{i}", f"{i:064x}", f"{i + 1:064x}", json.dumps([f"H{i}"]), i)
+
+
+def test_unit_columns_ignore_an_entry_left_by_a_dead_unit_at_the_same_address() -> None:
+    # The cache is keyed by id(unit), and CPython may give a freed unit's address to a new
+    # one: an entry whose unit is gone (or is another object) must be rebuilt, not served.
+    columns = _UnitColumns()
+    dead = _unit(1)
+    stale = (weakref.ref(dead), columns(dead))
+    del dead
+    gc.collect()
+    fresh = _unit(2)
+    columns._seen[id(fresh)] = stale
+    assert columns(fresh)[0] == "u2"
+    other = _unit(3)
+    columns._seen[id(fresh)] = (weakref.ref(other), columns(other))
+    assert columns(fresh)[0] == "u2"
+
+
+def test_unit_columns_do_not_keep_units_alive() -> None:
+    columns = _UnitColumns()
+    unit = _unit(0, "a long text " * 100)
+    columns(unit)
+    alive = weakref.ref(unit)
+    del unit
+    gc.collect()
+    assert alive() is None
+
+
+def test_unit_columns_stay_bounded() -> None:
+    columns = _UnitColumns(limit=10)
+    units = [_unit(i) for i in range(25)]
+    for unit in units:
+        columns(unit)
+    assert len(columns._seen) <= 10
+    assert [columns(u)[0] for u in units] == [f"u{i}" for i in range(25)]
