@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.api_overhead import listed_run_ids
 from memory_core.adapters.home import HomeLayout
 from memory_core.adapters.sqlite.database import open_database
 from memory_core.model import Layer, Source
@@ -57,16 +58,6 @@ def client_process(home: str, project: str, requests: int, start_at: float) -> d
     return {"project": project, "run_ids": run_ids, "errors": errors, "latencies": latencies}
 
 
-def all_runs(client: Any, project: str) -> list[Any]:
-    runs: list[Any] = []
-    cursor = None
-    while True:
-        page = client.list_retrieval_runs(RunFilter(project_id=project), limit=200, cursor=cursor)
-        runs.extend(page.runs)
-        if (cursor := page.next_cursor) is None:
-            return runs
-
-
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     base = tmp_path_factory.mktemp("load")
@@ -96,7 +87,7 @@ def test_several_client_processes_get_every_answer_and_one_run_each(daemon: Daem
     for project, run_ids in returned.items():
         assert len(run_ids) == CLIENTS // len(PROJECTS) * REQUESTS_PER_CLIENT
         assert None not in run_ids and len(set(run_ids)) == len(run_ids)  # one Run each, none shared
-        runs = all_runs(daemon.client, project)
+        runs = listed_run_ids(daemon.client, project)
         assert sorted(r.run_id for r in runs) == sorted(run_ids)  # and no other Run
         assert {r.status for r in runs} == {SUCCEEDED}
         for run_id in run_ids[:: max(1, len(run_ids) // 5)]:  # a sample, read whole
