@@ -152,8 +152,9 @@ def recording_plot(result: Mapping[str, Any] | None) -> str | None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.2))
     groups = [f"{r['units']:,} units" for r in rows]
-    series = {mode: [r["wall_ms"][mode]["p50"] for r in rows] for mode in ("unrecorded", "recorded")}
-    p95 = {mode: [r["wall_ms"][mode]["p95"] for r in rows] for mode in ("unrecorded", "recorded")}
+    modes = [m for m in ("unrecorded", "recorded", "recorded_sync") if all(m in r["wall_ms"] for r in rows)]
+    series = {mode.replace("_", ", "): [r["wall_ms"][mode]["p50"] for r in rows] for mode in modes}
+    p95 = {mode.replace("_", ", "): [r["wall_ms"][mode]["p95"] for r in rows] for mode in modes}
     _bars(ax, groups, series, errors=p95)
     ax.set_ylabel("ms (bar p50, tick p95)")
     ax.set_title(f"Activation, recorded vs unrecorded ({_caption(result)})")

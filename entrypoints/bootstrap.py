@@ -65,7 +65,15 @@ def bootstrap(
     evaluation: EvaluationService | None = None,
     profile: RankingProfile | None = None,
     recover: bool = True,
+    sync_history: bool = False,
 ) -> Engine:
+    """The engine over ``home`` with the real adapters; any part may be passed in instead.
+
+    ``sync_history``: commit each Run's trace before ``activate`` returns (an answered Run is
+    ``succeeded`` even if the process dies the next instant), instead of right behind the
+    answer (the default: about 10% less activation latency at 10,000 units; a crash in that
+    millisecond leaves the Run to recovery, ``failed`` with ``retrieval_interrupted``).
+    """
     from memory_core.adapters.home import HomeLayout
 
     layout = HomeLayout.prepared(home)
@@ -115,7 +123,9 @@ def bootstrap(
         from memory_core.adapters.sqlite.runs import SqliteRunStore
 
         # Its own connection: the run store serialises its transactions, the catalog does not.
-        history = SqliteRunStore(open_database(layout.db_path), FileBlobStore(layout.blobs_dir))
+        history = SqliteRunStore(
+            open_database(layout.db_path), FileBlobStore(layout.blobs_dir), write_behind=not sync_history
+        )
     if evaluation is None:
         from memory_core.adapters.blob_store import FileBlobStore
         from memory_core.adapters.sqlite.database import open_database

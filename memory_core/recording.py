@@ -221,6 +221,11 @@ class RunStore(RunRecorder, CorpusRegistry, Protocol):
         """Delete unpinned Runs (one project or all) and garbage-collect unreferenced blobs."""
         ...
 
+    def settle(self) -> None:
+        """Return once every write queued by this process has landed (a store may write a
+        Run's trace behind the answer; its own reads settle first, other readers may call this)."""
+        ...
+
     def close(self) -> None:
         """Finish pending writes; the store stays usable (it may restart its own threads)."""
         ...

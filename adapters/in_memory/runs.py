@@ -244,6 +244,9 @@ class InMemoryRunStore:
                 failed += 1
         return failed
 
+    def settle(self) -> None:
+        """Nothing pending: every write is done inline."""
+
     def close(self) -> None:
         """Nothing pending: every write is done inline."""
 

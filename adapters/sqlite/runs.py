@@ -64,6 +64,7 @@ STATUSES = (RUNNING, SUCCEEDED, FAILED)
 INTERRUPTED = "retrieval_interrupted"
 INTERRUPTED_STAGE = "unknown"
 MAX_ERROR_FIELD = 100  # error stage and code are short stable words; bound them anyway
+MAX_UNWRITTEN_FAILURES = 1000  # Runs kept for a retry of their failure mark; beyond, recovery's job
 BLOB_GRACE_S = 3600.0  # a younger unreferenced blob may belong to an index build in progress
 # Named points where a test may crash the process (or a ``fault`` hook may raise).
 AFTER_CANDIDATES = "runs.complete.after_candidates"
@@ -415,16 +416,23 @@ _DELETE_UNUSED_MANIFESTS = (
 )
 
 
-class BackgroundStarts:
-    """Inserts ``running`` Runs on one writer thread with its own connection, in order.
+class RunWriter:
+    """One writer thread with its own connection, in order: it inserts ``running`` Runs while the
+    pipeline ranks, and writes completed traces right behind the answer.
 
     The insert and the retention prune (~0.5 ms) then overlap the ranking pipeline instead of
     adding to the agent's latency: the query embedding holds one core and the other is idle.
     ``wait`` re-raises an insert's error to whoever completes or fails that Run (the engine
     then answers with ``run_id`` null, as for any history failure). A crash in the first
     moments of an activation can therefore leave no Run at all; the agent had no answer then.
+
+    A completed trace (already turned into rows on the caller's thread, so what is stored is
+    what was answered) is committed behind the answer; the Run reads ``running`` until then,
+    and a crash in between leaves it to recovery (``retrieval_interrupted``). Every read of
+    this store ``settle``s first, so this process always reads its own writes.
+
     An in-memory database (no second connection can see it), or an interpreter shutting down
-    (no new thread), gets the insert inline instead.
+    (no new thread), gets every write inline instead.
     """
 
     def __init__(self, main: apsw.Connection, main_lock: threading.RLock) -> None:
@@ -440,26 +448,48 @@ class BackgroundStarts:
         self._conn: apsw.Connection | None = None  # used by the writer thread only
         self._pid = 0
         self._pending: dict[str, concurrent.futures.Future[None]] = {}
+        self._behind: set[concurrent.futures.Future[None]] = set()
+
+    def _submit(self, job: Callable[[apsw.Connection], None]) -> concurrent.futures.Future[None] | None:
+        """Queue ``job`` for the writer thread (the caller holds ``self._lock``); None: no thread."""
+        if self._sibling is None:
+            return None
+        if self._executor is None or self._pid != os.getpid():  # none yet, or forked
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="memcore-runs")
+            self._pid, self._pending, self._behind, self._conn = os.getpid(), {}, set(), None
+        try:
+            return self._executor.submit(self._run, job)
+        except RuntimeError:  # shutting down: no new threads
+            return None
 
     def submit(self, run_id: str, insert: Callable[[apsw.Connection], None]) -> None:
-        if self._sibling is not None:
-            with self._lock:
-                if self._executor is None or self._pid != os.getpid():  # none yet, or forked
-                    self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="memcore-runs")
-                    self._pid, self._pending, self._conn = os.getpid(), {}, None
-                try:
-                    self._pending[run_id] = self._executor.submit(self._insert, insert)
-                    return
-                except RuntimeError:  # shutting down: no new threads
-                    pass
+        with self._lock:
+            future = self._submit(insert)
+            if future is not None:
+                self._pending[run_id] = future
+                return
         with self._main_lock:
             insert(self._main)
 
-    def _insert(self, insert: Callable[[apsw.Connection], None]) -> None:
+    def write_behind(self, write: Callable[[apsw.Connection], None]) -> bool:
+        """Queue ``write`` (it handles its own errors); False when it must run inline instead."""
+        with self._lock:
+            future = self._submit(write)
+            if future is None:
+                return False
+            self._behind.add(future)
+        future.add_done_callback(self._forget)
+        return True
+
+    def _forget(self, future: concurrent.futures.Future[None]) -> None:
+        with self._lock:
+            self._behind.discard(future)
+
+    def _run(self, job: Callable[[apsw.Connection], None]) -> None:
         if self._conn is None:
             assert self._sibling is not None
             self._conn = self._sibling.open()
-        insert(self._conn)
+        job(self._conn)
 
     def wait(self, run_id: str) -> None:
         with self._lock:
@@ -468,12 +498,13 @@ class BackgroundStarts:
             future.result()
 
     def settle(self) -> None:
-        """Wait for every pending insert; forget those that succeeded (``wait`` needs none)."""
+        """Wait for every queued write; forget the inserts that succeeded (``wait`` needs none)."""
         with self._lock:
             pending = list(self._pending.items())
-        if not pending:
+            behind = list(self._behind)
+        if not pending and not behind:
             return
-        concurrent.futures.wait([f for _, f in pending])
+        concurrent.futures.wait([f for _, f in pending] + behind)
         with self._lock:
             for run_id, future in pending:
                 if future.exception() is None:
@@ -494,7 +525,10 @@ class SqliteRunStore:
     """Implements ``memory_core.recording.RunStore`` over a connection from ``open_database``.
 
     ``blobs``: the CAS store whose unreferenced files ``clear`` collects (none: rows only).
-    ``owner``: the owner recorded on new Runs (default: this process). ``fault``: a test seam
+    ``owner``: the owner recorded on new Runs (default: this process). ``write_behind``: commit
+    a completed trace on the writer thread right behind the answer (default), or before
+    ``complete`` returns (False: an answered Run is ``succeeded`` even if the process dies the
+    next instant, for ~10% more activation latency at 10,000 units). ``fault``: a test seam
     called at the named points (``AFTER_CANDIDATES``, ``AFTER_CLEAR_COMMIT``).
     """
 
@@ -505,6 +539,7 @@ class SqliteRunStore:
         owner: Owner | None = None,
         clock: _Clock | None = None,
         *,
+        write_behind: bool = True,
         blob_grace_s: float = BLOB_GRACE_S,
         fault: Callable[[str], None] = crash_point,
     ) -> None:
@@ -516,12 +551,19 @@ class SqliteRunStore:
         self._fault = fault
         # One connection may serve several threads; keep each of our transactions whole.
         self._lock = threading.RLock()
-        self._starts = BackgroundStarts(conn, self._lock)
+        self._writer = RunWriter(conn, self._lock)
+        self._write_behind = write_behind
+        self._open: set[str] = set()  # Runs this store started and nobody completed or failed yet
+        self._unwritten_failures: dict[str, RunFailure] = {}  # touched on the writer thread only
         self._unit_columns = _UnitColumns()
 
+    def settle(self) -> None:
+        """Return once every write this process queued (inserts, traces) has landed."""
+        self._writer.settle()
+
     def close(self) -> None:
-        """Finish pending Run inserts and stop the writer thread (it restarts on the next Run)."""
-        self._starts.close()
+        """Finish pending Run writes and stop the writer thread (it restarts on the next Run)."""
+        self._writer.close()
 
     @property
     def connection(self) -> apsw.Connection:
@@ -535,10 +577,12 @@ class SqliteRunStore:
         ``fail`` wait for that insert, and every read waits for pending inserts first."""
         run_id = new_run_id()
         owner = self._owner()
-        self._starts.submit(run_id, functools.partial(self._insert_running, run_id, run, owner))
+        self._open.add(run_id)
+        self._writer.submit(run_id, functools.partial(self._insert_running, run_id, run, owner))
         return run_id
 
     def _insert_running(self, run_id: str, run: RunStart, owner: Owner, conn: apsw.Connection) -> None:
+        self._retry_unwritten_failures(conn)
         with storage_errors("cannot start Retrieval Run"), write_transaction(conn):
             conn.execute(
                 "INSERT INTO retrieval_runs(run_id, project_id, query, state_fingerprint, token_budget, status, "
@@ -565,30 +609,101 @@ class SqliteRunStore:
             )
 
     def complete(self, run_id: str, trace: RunTrace) -> None:
+        """Make the Run ``succeeded`` with its trace, right behind the answer.
+
+        The trace becomes rows and parameters here, on the caller's thread (what is stored is
+        what was answered, whatever happens to the candidates next); the transaction runs on the
+        writer thread. Raises only when the Run's ``running`` row was never written (its
+        ``run_id`` names nothing). A write that fails behind the answer is logged and the Run
+        marked ``failed`` with ``history_write_failed``; were even that impossible, recovery
+        fails it with ``retrieval_interrupted`` once this process is gone.
+        """
         rows = _candidate_rows(run_id, trace.candidates, self._unit_columns)
-        self._starts.wait(run_id)
         latency = dict(trace.latency_ms)
-        with self._lock, storage_errors("cannot record Retrieval Run"), write_transaction(self._conn) as conn:
+        update = (
+            SUCCEEDED, trace.finished_at, trace.effective_memory_hash, trace.index_revision,
+            _json(trace.revisions), _json(latency), int(trace.warm), len(rows), trace.fragment_count,
+            trace.token_count, total_ms(latency), run_id, RUNNING,
+        )  # fmt: skip
+        ours = self._took_open(run_id)
+        self._writer.wait(run_id)
+        if ours and self._write_behind:
+            if self._writer.write_behind(functools.partial(self._write_behind_answer, run_id, update, rows, trace)):
+                return
+        else:
+            self._writer.settle()  # a Run this store did not start: check it against what has landed
+        with self._lock:
+            self._write_trace(self._conn, run_id, update, rows, trace.effective_memory_hash)
+
+    def _write_trace(
+        self, conn: apsw.Connection, run_id: str, update: tuple[Any, ...], rows: list[tuple[Any, ...]], manifest: str
+    ) -> None:
+        with storage_errors("cannot record Retrieval Run"), write_transaction(conn):
             conn.execute(
                 "UPDATE retrieval_runs SET status = ?, finished_at = ?, effective_memory_hash = ?, "
                 "index_revision = ?, revisions_json = ?, latency_json = ?, warm = ?, candidate_count = ?, "
                 "fragment_count = ?, token_count = ?, total_ms = ? WHERE run_id = ? AND status = ?",
-                (
-                    SUCCEEDED, trace.finished_at, trace.effective_memory_hash, trace.index_revision,
-                    _json(trace.revisions), _json(latency), int(trace.warm), len(rows), trace.fragment_count,
-                    trace.token_count, total_ms(latency), run_id, RUNNING,
-                ),
-            )  # fmt: skip
+                update,
+            )
             self._check_changed(conn, run_id)
             conn.executemany(_INSERT_CANDIDATE, rows)
             self._fault(AFTER_CANDIDATES)
-            self._ensure_manifest(conn, trace.effective_memory_hash)
+            self._ensure_manifest(conn, manifest)
         self._fault("runs.complete.after_commit")
 
+    def _took_open(self, run_id: str) -> bool:
+        try:
+            self._open.remove(run_id)  # atomic: of two calls for one Run, only one takes it
+        except KeyError:
+            return False
+        return True
+
+    def _write_behind_answer(
+        self, run_id: str, update: tuple[Any, ...], rows: list[tuple[Any, ...]], trace: RunTrace, conn: apsw.Connection
+    ) -> None:
+        self._retry_unwritten_failures(conn)
+        try:
+            self._write_trace(conn, run_id, update, rows, trace.effective_memory_hash)
+        except Exception:
+            log.exception("could not record Retrieval Run %s; the agent got its answer", run_id)
+            failure = RunFailure.bounded(
+                error_stage="record",
+                error_code="history_write_failed",
+                error_summary="the trace could not be written; the agent got its answer",
+                latency_ms=trace.latency_ms,
+                warm=trace.warm,
+                finished_at=trace.finished_at,
+            )
+            try:
+                self._write_failure(conn, run_id, failure)
+            except Exception:
+                log.warning("Retrieval Run %s stays running until a later write can fail it", run_id)
+                if len(self._unwritten_failures) < MAX_UNWRITTEN_FAILURES:
+                    self._unwritten_failures[run_id] = failure
+
+    def _retry_unwritten_failures(self, conn: apsw.Connection) -> None:
+        """Mark ``failed`` the Runs whose trace and failure could not be written (a full disk, a
+        lock held too long): the next write of this store tries again, so such a Run does not stay
+        ``running`` for as long as this process lives. Recovery covers it once the process is gone."""
+        for run_id, failure in list(self._unwritten_failures.items()):
+            try:
+                self._write_failure(conn, run_id, failure)
+            except (RunNotFound, InvalidRequest):
+                pass  # cleared, or made terminal by someone else meanwhile
+            except Exception:
+                return  # still unwritable: try again on the next write
+            self._unwritten_failures.pop(run_id, None)
+
     def fail(self, run_id: str, failure: RunFailure) -> None:
+        if not self._took_open(run_id):
+            self._writer.settle()  # a Run this store did not start: check it against what has landed
+        self._writer.wait(run_id)
+        with self._lock:
+            self._write_failure(self._conn, run_id, failure)
+
+    def _write_failure(self, conn: apsw.Connection, run_id: str, failure: RunFailure) -> None:
         latency = dict(failure.latency_ms)
-        self._starts.wait(run_id)
-        with self._lock, storage_errors("cannot record Retrieval Run"), write_transaction(self._conn) as conn:
+        with storage_errors("cannot record Retrieval Run"), write_transaction(conn):
             conn.execute(
                 "UPDATE retrieval_runs SET status = ?, finished_at = ?, effective_memory_hash = ?, "
                 "index_revision = ?, revisions_json = ?, latency_json = ?, warm = ?, total_ms = ?, "
@@ -665,6 +780,7 @@ class SqliteRunStore:
 
     def run_manifest(self, manifest_hash: str) -> tuple[ManifestEntry, ...] | None:
         """The ordered manifest a Run saw, or None when it was never recorded."""
+        self._writer.settle()  # a trace written behind its answer may have copied it
         with self._lock, storage_errors("cannot read manifest"):
             rows = self._conn.execute(
                 f"SELECT {_RESOURCE_COLUMNS} FROM retrieval_run_resources WHERE manifest_hash = ? ORDER BY ordinal",
@@ -684,7 +800,7 @@ class SqliteRunStore:
         self._set_pinned(run_id, 0)
 
     def _set_pinned(self, run_id: str, pinned: int) -> None:
-        self._starts.settle()  # read what this process has started
+        self._writer.settle()  # read what this process has written
         with self._lock, storage_errors("cannot pin Retrieval Run"), write_transaction(self._conn) as conn:
             conn.execute("UPDATE retrieval_runs SET pinned = ? WHERE run_id = ?", (pinned, run_id))
             if conn.changes() == 0:
@@ -706,7 +822,7 @@ class SqliteRunStore:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY started_at DESC, run_id DESC LIMIT ?"
-        self._starts.settle()  # read what this process has started
+        self._writer.settle()  # read what this process has written
         with self._lock, storage_errors("cannot list Retrieval Runs"):
             rows = self._conn.execute(sql, (*params, limit + 1)).fetchall()
         runs = tuple(_summary_from_row(r) for r in rows[:limit])
@@ -732,7 +848,7 @@ class SqliteRunStore:
         return where, params
 
     def get_run(self, run_id: str) -> RunDetail:
-        self._starts.settle()  # read what this process has started
+        self._writer.settle()  # read what this process has written
         with self._lock, storage_errors("cannot read Retrieval Run"), self._conn:
             rows = self._conn.execute(
                 f"SELECT {_SUMMARY_COLUMNS}, revisions_json, latency_json FROM retrieval_runs WHERE run_id = ?",
@@ -755,7 +871,7 @@ class SqliteRunStore:
         """Fail every ``running`` Run whose owner is gone (``retrieval_interrupted``); a Run of a
         live process (another CLI, the daemon) stays ``running``. Returns how many were failed."""
         boot = current_boot_id()
-        self._starts.settle()  # read what this process has started
+        self._writer.settle()  # read what this process has written
         with self._lock, storage_errors("cannot recover Retrieval Runs"), write_transaction(self._conn) as conn:
             rows = conn.execute(
                 "SELECT run_id, owner_pid, owner_started_at, owner_boot_id FROM retrieval_runs WHERE status = ?",
@@ -777,7 +893,7 @@ class SqliteRunStore:
         process, and the manifests nothing refers to; commit; then delete blob files no longer live."""
         scope, params = ("AND project_id = ?", [project_id]) if project_id is not None else ("", [])
         boot = current_boot_id()
-        self._starts.settle()  # read what this process has started
+        self._writer.settle()  # read what this process has written
         with self._lock, storage_errors("cannot clear Retrieval Runs"), write_transaction(self._conn) as conn:
             running = conn.execute(
                 "SELECT run_id, owner_pid, owner_started_at, owner_boot_id FROM retrieval_runs "
@@ -802,7 +918,7 @@ class SqliteRunStore:
 
     def live_blobs(self) -> set[str]:
         """Digests a Run's manifest, a current/previous generation or an evaluation corpus names."""
-        self._starts.settle()  # read what this process has started
+        self._writer.settle()  # read what this process has written
         with self._lock, storage_errors("cannot read blob references"), self._conn:
             return self._live_digests(self._conn)
 

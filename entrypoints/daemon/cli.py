@@ -28,6 +28,12 @@ def _port(value: str) -> int:
     return port
 
 
+SYNC_HISTORY_HELP = (
+    "commit each Retrieval Run's trace before answering (an answered Run survives a crash at once; "
+    "about 10%% more activation latency at 10,000 units) instead of right behind the answer"
+)
+
+
 def add_cli_commands(subparsers: Any) -> None:
     """Add ``serve``, ``ui``, ``mcp`` and ``contracts generate`` to the main parser's subparsers."""
     serve = subparsers.add_parser("serve", help="run the daemon for this home on a Unix socket")
@@ -37,6 +43,7 @@ def add_cli_commands(subparsers: Any) -> None:
     serve.add_argument("--ui-port", type=_port, default=0, metavar="PORT",
                        help="Diagnostics UI port on 127.0.0.1 (default: 0, a free port)")
     serve.add_argument("--no-ui", action="store_true", help="do not serve the Diagnostics UI")
+    serve.add_argument("--sync-history", action="store_true", help=SYNC_HISTORY_HELP)
 
     ui = subparsers.add_parser(
         "ui", help="print the Diagnostics page's address (with this daemon start's token) and open it"
@@ -70,7 +77,10 @@ def handle(args: argparse.Namespace) -> int:
         from .server import configure_logging, serve
 
         configure_logging(args.log_level)
-        return serve(args.home, args.socket, warm=not args.no_warm, ui_port=None if args.no_ui else args.ui_port)
+        return serve(
+            args.home, args.socket, warm=not args.no_warm, ui_port=None if args.no_ui else args.ui_port,
+            sync_history=args.sync_history,
+        )  # fmt: skip
     if args.command == "ui":
         from memory_core.entrypoints.ui.launch import main as ui_main
 

@@ -34,6 +34,7 @@ from memory_core.engine import Engine
 from memory_core.errors import InvalidRequest, MemoryCoreError, StorageUnavailable
 
 from . import api, paths
+from .cli import SYNC_HISTORY_HELP
 from .dispatch import Context
 
 log = logging.getLogger("memory_core.daemon")
@@ -219,10 +220,12 @@ def serve(
     engine_factory: Callable[[Path], Engine] | None = None,
     warm: bool = True,
     ui_port: int | None = 0,
+    sync_history: bool = False,
 ) -> int:
     """Run the daemon for ``home`` until SIGTERM/SIGINT; returns the exit status (0).
 
-    ``ui_port``: the Diagnostics UI's port on 127.0.0.1 (0: a free one; None: no UI)."""
+    ``ui_port``: the Diagnostics UI's port on 127.0.0.1 (0: a free one; None: no UI).
+    ``sync_history``: commit each Run's trace before answering (see ``bootstrap``)."""
     import uvicorn
 
     from memory_core.adapters.home import prepare_home, resolve_home
@@ -248,7 +251,7 @@ def serve(
         if engine_factory is None:
             from memory_core.entrypoints.bootstrap import bootstrap
 
-            engine = bootstrap(root, recover=False)  # recovered below, with a log line
+            engine = bootstrap(root, recover=False, sync_history=sync_history)  # recovered below, with a log line
         else:
             engine = engine_factory(root)
         recover_interrupted_runs(engine)
@@ -329,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ui-port", type=ui_port_argument, default=0, metavar="PORT",
                         help="Diagnostics UI port on 127.0.0.1 (default: 0, a free port)")
     parser.add_argument("--no-ui", action="store_true", help="do not serve the Diagnostics UI")
+    parser.add_argument("--sync-history", action="store_true", help=SYNC_HISTORY_HELP)
     return parser
 
 
@@ -336,7 +340,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level)
     try:
-        return serve(args.home, args.socket, warm=not args.no_warm, ui_port=None if args.no_ui else args.ui_port)
+        return serve(
+            args.home, args.socket, warm=not args.no_warm, ui_port=None if args.no_ui else args.ui_port,
+            sync_history=args.sync_history,
+        )  # fmt: skip
     except MemoryCoreError as exc:
         details = f" {json.dumps(exc.details, default=str)}" if exc.details else ""
         print(f"error[{exc.code}]: {exc.message}{details}", file=sys.stderr)

@@ -33,7 +33,7 @@ from memory_core.adapters.sqlite.runs import (
     _heading_path_json,
     _UnitColumns,
 )
-from memory_core.errors import RunNotFound, StorageUnavailable
+from memory_core.errors import InvalidRequest, RunNotFound, StorageUnavailable
 from memory_core.model import (
     EffectiveMemory,
     Generation,
@@ -45,7 +45,7 @@ from memory_core.model import (
     Unit,
 )
 from memory_core.recording import FAILED, RUNNING, SUCCEEDED, RunFilter
-from tests.contracts.test_run_store import failure, ranked, run_start, trace_of, ts
+from tests.contracts.test_run_store import dead_pid, failure, ranked, run_start, trace_of, ts
 
 ROOT = Path(__file__).resolve().parents[2]
 REVISIONS = IndexRevisions(parser="p1", chunker="c1", embedding_model="e1", lexical="l1", vector="v1")
@@ -176,18 +176,24 @@ def test_populated_v2_database_migrates_to_latest_without_losing_rows(tmp_path):
 # -- atomicity ------------------------------------------------------------------------------------
 
 
-def test_a_failure_after_the_candidates_insert_leaves_the_run_running_and_empty(home):
-    conn, catalog, _ = home
+def _one_resource_manifest(catalog) -> EffectiveMemory:
     memory = EffectiveMemory.from_entries(
         "alpha", [ManifestEntry(0, "a.md", Layer.PROJECT, "file:///a.md", "ab" * 32, 1, "text/markdown")]
     )
     catalog.put_manifest(memory)  # known to the catalog only: completing would copy it
+    return memory
+
+
+def test_a_failure_after_the_candidates_insert_leaves_the_run_running_and_empty(home):
+    """Written inline (write_behind=False): the caller hears of the failure; nothing is left."""
+    conn, catalog, _ = home
+    memory = _one_resource_manifest(catalog)
 
     def fault(point: str) -> None:
         if point == AFTER_CANDIDATES:
             raise OSError("disk vanished mid-write")
 
-    store = SqliteRunStore(conn, fault=fault)
+    store = SqliteRunStore(conn, fault=fault, write_behind=False)
     run_id = store.start(run_start())
     with pytest.raises(OSError, match="disk vanished"):
         store.complete(run_id, trace_of(ranked(11, n_units=25), memory.hash))
@@ -201,23 +207,72 @@ def test_a_failure_after_the_candidates_insert_leaves_the_run_running_and_empty(
     assert count(conn, "retrieval_run_resources") == 1
 
 
-def test_a_constraint_violation_in_the_middle_of_the_candidates_rolls_everything_back(home):
+def test_a_failure_behind_the_answer_marks_the_run_failed_and_empty(home):
+    """Written behind the answer (the default): ``complete`` returns, the write fails on the
+    writer thread, and the Run says so instead of staying ``running``."""
+    conn, catalog, _ = home
+    memory = _one_resource_manifest(catalog)
+
+    def fault(point: str) -> None:
+        if point == AFTER_CANDIDATES:
+            raise OSError("disk vanished mid-write")
+
+    store = SqliteRunStore(conn, fault=fault)
+    run_id = store.start(run_start())
+    store.complete(run_id, trace_of(ranked(11, n_units=25), memory.hash))  # no error: the answer stands
+    s = store.get_run(run_id).summary
+    assert (s.status, s.error_stage, s.error_code) == (FAILED, "record", "history_write_failed")
+    assert (s.candidate_count, s.warm, s.total_ms) == (0, True, 3.75)
+    assert count(conn, "retrieval_run_candidates") == 0
+    assert count(conn, "retrieval_run_resources") == 0
+    assert not conn.in_transaction
+    with pytest.raises(InvalidRequest, match="already failed"):
+        store.complete(run_id, trace_of(ranked(11, n_units=25), memory.hash))
+
+
+def test_a_run_whose_failure_cannot_be_written_either_stays_running_for_recovery(home):
+    conn, catalog, _ = home
+    memory = _one_resource_manifest(catalog)
+
+    def fault(point: str) -> None:
+        if point in (AFTER_CANDIDATES, "runs.fail.before_commit"):
+            raise OSError("disk vanished mid-write")
+
+    store = SqliteRunStore(conn, fault=fault)
+    run_id = store.start(run_start())
+    store.complete(run_id, trace_of(ranked(11, n_units=25), memory.hash))
+    assert store.get_run(run_id).summary.status == RUNNING
+    assert count(conn, "retrieval_run_candidates") == 0
+    # Once its owner is gone, recovery fails it like any interrupted Run.
+    conn.execute("UPDATE retrieval_runs SET owner_pid = ? WHERE run_id = ?", (dead_pid(), run_id))
+    assert SqliteRunStore(conn).recover_interrupted() == 1
+    assert store.get_run(run_id).summary.error_code == INTERRUPTED
+
+
+@pytest.mark.parametrize("write_behind", [True, False])
+def test_a_constraint_violation_in_the_middle_of_the_candidates_rolls_everything_back(home, write_behind):
     conn, _, _ = home
-    store = SqliteRunStore(conn)
+    store = SqliteRunStore(conn, write_behind=write_behind)
     candidates = ranked(12, n_units=30)
     assert len(candidates) > 3
     candidates[-1].final_rank = candidates[1].final_rank  # a duplicate key, late in the batch
     run_id = store.start(run_start())
-    with pytest.raises(apsw.ConstraintError):
+    if write_behind:
         store.complete(run_id, trace_of(candidates))
-    detail = store.get_run(run_id)
-    assert detail.summary.status == RUNNING and detail.summary.candidate_count == 0
+        detail = store.get_run(run_id)
+        assert (detail.summary.status, detail.summary.error_code) == (FAILED, "history_write_failed")
+    else:
+        with pytest.raises(apsw.ConstraintError):
+            store.complete(run_id, trace_of(candidates))
+        detail = store.get_run(run_id)
+        assert detail.summary.status == RUNNING
+    assert detail.summary.candidate_count == 0
     assert count(conn, "retrieval_run_candidates") == 0
 
 
 def test_a_busy_database_is_storage_unavailable_and_records_nothing(tmp_path):
     holder = open_database(tmp_path / "local.db")
-    store = SqliteRunStore(open_database(tmp_path / "local.db", busy_timeout_ms=50))
+    store = SqliteRunStore(open_database(tmp_path / "local.db", busy_timeout_ms=50), write_behind=False)
     run_id = store.start(run_start())
     assert store.get_run(run_id).summary.status == RUNNING  # reads wait for pending inserts
     holder.execute("BEGIN IMMEDIATE")
@@ -239,9 +294,28 @@ def test_a_busy_database_is_storage_unavailable_and_records_nothing(tmp_path):
     holder.close()
 
 
+def test_a_busy_database_behind_the_answer_leaves_the_run_running_and_loses_nothing_else(tmp_path):
+    holder = open_database(tmp_path / "local.db")
+    store = SqliteRunStore(open_database(tmp_path / "local.db", busy_timeout_ms=50))
+    run_id = store.start(run_start())
+    store.settle()
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        blocked = store.start(run_start())
+        with pytest.raises(StorageUnavailable):  # its Run was never written: the caller hears
+            store.complete(blocked, trace_of(ranked(1)))
+        store.complete(run_id, trace_of(ranked(1)))  # its Run exists: the write goes behind
+        store.settle()  # ... and times out, as does marking it failed
+    finally:
+        holder.execute("ROLLBACK")
+    assert store.get_run(run_id).summary.status == RUNNING
+    assert count(holder, "retrieval_runs") == 1 and count(holder, "retrieval_run_candidates") == 0
+    holder.close()
+
+
 def test_recording_cost_does_not_grow_with_the_manifest(home):
     conn, _, blobs = home
-    store = SqliteRunStore(conn, blobs)
+    store = SqliteRunStore(conn, blobs, write_behind=False)  # every change on this connection
     changed = {}
     for size in (10, 3000):
         memory = EffectiveMemory.from_entries(

@@ -196,13 +196,16 @@ class _AnotherProcessStore(SqliteRunStore):
         return run_id
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "sqlite-sync", "memory"])
 def world(request, tmp_path) -> Iterator[World]:
-    if request.param == "sqlite":
+    if request.param.startswith("sqlite"):
         conn = open_database(tmp_path / "local.db")
         catalog = SqliteCatalog(conn)
         blobs = FileBlobStore(tmp_path / "blobs")
-        yield World("sqlite", SqliteRunStore(conn, blobs, blob_grace_s=0), catalog, blobs)
+        behind = request.param == "sqlite"  # the default: a trace is written behind its answer
+        store = SqliteRunStore(conn, blobs, blob_grace_s=0, write_behind=behind)
+        yield World(request.param, store, catalog, blobs)
+        store.close()
         conn.close()
     else:
         catalog = InMemoryCatalog()
@@ -319,16 +322,23 @@ def test_unknown_runs_are_run_not_found(store):
         assert info.value.code == "run_not_found"
 
 
-def test_an_inconsistent_candidate_records_nothing(store):
+def test_an_inconsistent_candidate_records_nothing(world):
+    store = world.store
     candidates = ranked(3, n_units=10)
     bad = candidates[len(candidates) // 2]
     # Excluded with a code *and* a delta action breaks "exactly one of code or action".
     bad.disposition, bad.exclusion_code, bad.delta_action = "excluded", "token_budget_exhausted", "add"
     run_id = store.start(run_start())
-    with pytest.raises(Exception):  # noqa: B017 - each store raises its own constraint error
+    if world.kind == "sqlite":  # written behind the answer: the Run says the write failed
         store.complete(run_id, trace_of(candidates))
-    detail = store.get_run(run_id)
-    assert detail.summary.status == RUNNING and detail.candidates == ()
+        detail = store.get_run(run_id)
+        assert (detail.summary.status, detail.summary.error_code) == (FAILED, "history_write_failed")
+    else:  # written inline: the caller hears of it, the Run stays running for the caller to fail
+        with pytest.raises(Exception):  # noqa: B017 - each store raises its own constraint error
+            store.complete(run_id, trace_of(candidates))
+        detail = store.get_run(run_id)
+        assert detail.summary.status == RUNNING
+    assert detail.candidates == ()
 
 
 def test_run_ids_are_unique_and_sortable_by_creation(store):

@@ -21,6 +21,7 @@ from tests.reliability.harness import (
     LUCENE_ENV,
     PROJECT,
     QUERIES,
+    SYNC_HISTORY_ENV,
     BrokenEmbedder,
     engine_for,
     judgments_for,
@@ -36,6 +37,8 @@ def main(argv: list[str]) -> int:
     overrides: dict[str, Any] = {}
     if os.environ.get(BROKEN_EMBEDDER_ENV):
         overrides["embedder"] = BrokenEmbedder()
+    if os.environ.get(SYNC_HISTORY_ENV):
+        overrides["sync_history"] = True
     engine = engine_for(home, lucene=bool(os.environ.get(LUCENE_ENV)), **overrides)
     ack(started=os.getpid())
     if action == "index":

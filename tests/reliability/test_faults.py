@@ -120,7 +120,8 @@ def on_disk(db: Path) -> apsw.Connection:
 
 
 class FullDuringCompletion:
-    """The real run store; the disk is full exactly while a Run's completion is written."""
+    """The real run store; the disk is full exactly while a Run's completion is written (for a
+    store writing behind the answer: until that write has landed, or failed)."""
 
     def __init__(self, store: SqliteRunStore, disk: FullDisk) -> None:
         self.store = store
@@ -135,6 +136,7 @@ class FullDuringCompletion:
         self.disk.armed = True
         try:
             self.store.complete(run_id, trace)
+            self.store.settle()
         finally:
             self.disk.armed = False
 
@@ -168,8 +170,9 @@ def test_a_full_disk_during_history_writes_leaves_the_answer_unchanged(
 def test_a_full_disk_during_run_completion_leaves_the_answer_unchanged_and_no_partial_run(
     home: Path, disk: FullDisk, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Written inline (write_behind=False): the agent gets ``run_id`` null, the Run is failed."""
     expected = engine_for(home).activate(PROJECT, QUERY).response
-    store = SqliteRunStore(on_disk(home / "local.db"), _blobs(home))
+    store = SqliteRunStore(on_disk(home / "local.db"), _blobs(home), write_behind=False)
     engine = engine_for(home, history=store, recorder=FullDuringCompletion(store, disk))
     with caplog.at_level(logging.ERROR):
         response = engine.activate(PROJECT, QUERY).response
@@ -184,10 +187,43 @@ def test_a_full_disk_during_run_completion_leaves_the_answer_unchanged_and_no_pa
     raw_integrity(home)
 
 
-def test_a_run_whose_completion_could_not_be_written_does_not_stay_running(home: Path, disk: FullDisk) -> None:
+def test_a_full_disk_behind_the_answer_leaves_it_unchanged_and_the_next_write_fails_the_run(
+    home: Path, disk: FullDisk, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Written behind the answer (the default): the agent already has its answer and the Run's
+    id; the trace cannot land, nor can the failure while the disk is full, so the Run reads
+    ``running`` with no candidate until the store's next write, which marks it failed."""
+    expected = engine_for(home).activate(PROJECT, QUERY).response
     store = SqliteRunStore(on_disk(home / "local.db"), _blobs(home))
     engine = engine_for(home, history=store, recorder=FullDuringCompletion(store, disk))
-    assert engine.activate(PROJECT, QUERY).response.run_id is None
+    with caplog.at_level(logging.WARNING):
+        response = engine.activate(PROJECT, QUERY).response
+    assert response.run_id is not None  # it names a Run that exists
+    assert answer(response) == answer(expected)
+    assert "could not record Retrieval Run" in caplog.text and "stays running" in caplog.text
+    run = engine.get_run(response.run_id)
+    assert (run.summary.status, run.candidates) == ("running", ())
+    # The disk has room again: the next activation's writes fail the Run first.
+    engine.recorder = store
+    assert engine.activate(PROJECT, QUERIES[0]).response.run_id
+    s = engine.get_run(response.run_id).summary
+    assert (s.status, s.error_stage, s.error_code, s.candidate_count) == ("failed", "record", "history_write_failed", 0)
+    assert rows(engine, "SELECT count(*) FROM retrieval_run_candidates WHERE run_id = ?", (response.run_id,)) == [(0,)]
+    raw_integrity(home)
+
+
+@pytest.mark.parametrize("write_behind", [False, True])
+def test_a_run_whose_completion_could_not_be_written_does_not_stay_running(
+    home: Path, disk: FullDisk, write_behind: bool
+) -> None:
+    store = SqliteRunStore(on_disk(home / "local.db"), _blobs(home), write_behind=write_behind)
+    engine = engine_for(home, history=store, recorder=FullDuringCompletion(store, disk))
+    run_id = engine.activate(PROJECT, QUERY).response.run_id
+    assert (run_id is None) == (not write_behind)
+    if write_behind:  # its failure lands with the store's next write
+        engine.recorder = store
+        engine.activate(PROJECT, QUERIES[0])
+        store.settle()  # and that one's trace too, before reading the table directly
     assert rows(engine, "SELECT count(*) FROM retrieval_runs WHERE status = 'running'") == [(0,)]
 
 
