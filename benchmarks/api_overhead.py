@@ -75,11 +75,11 @@ def stats(values: Sequence[float]) -> dict[str, float]:
 
 
 # -- the daemon ---------------------------------------------------------------------------------
-def start_daemon(home: Path) -> tuple[subprocess.Popen[bytes], Any]:
+def start_daemon(home: Path, *extra_args: str) -> tuple[subprocess.Popen[bytes], Any]:
     from memory_core.entrypoints.daemon import launcher
     from memory_core.entrypoints.daemon.client import DaemonClient
 
-    proc = launcher.spawn(home)
+    proc = launcher.spawn(home, extra_args)
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
         client = DaemonClient.running(home, timeout=120)
@@ -98,6 +98,38 @@ def stop_daemon(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def history_modes(home: Path, queries: list[str], duration_s: float) -> dict[str, Any]:
+    """The concurrent load against a fresh daemon per round, traces written behind the answer
+    (the default) or before it (``--sync-history``), in ABBA order: throughput per mode."""
+    rounds = ("behind", "sync", "sync", "behind") * 2
+    totals: dict[str, dict[str, float]] = {m: {"requests": 0, "seconds": 0.0} for m in ("behind", "sync")}
+    per_round: list[float] = []
+    whole = True
+    for mode in rounds:
+        proc, client = start_daemon(home, *(["--sync-history"] if mode == "sync" else []), "--no-ui")
+        try:
+            with client:
+                pid = client.runtime_status().pid
+                for p in [f"load-{i}" for i in range(CLIENTS // CLIENTS_PER_PROJECT)]:
+                    client.clear_retrieval_runs(p)  # each round counts its Runs under the retention cap
+                    client.activate_memory(p, queries[0])  # warm: model and project loaded
+                loaded = concurrent_load(home, client, pid, queries, duration_s)
+        finally:
+            stop_daemon(proc)
+        totals[mode]["requests"] += loaded["requests"]
+        totals[mode]["seconds"] += loaded["duration_s"]
+        per_round.append(loaded["requests"] / loaded["duration_s"])
+        whole = whole and loaded["one_run_per_request"] and not loaded["errors"]
+    per_s = {m: t["requests"] / t["seconds"] for m, t in totals.items()}
+    return {
+        "rounds": list(rounds),
+        "throughput_per_s": per_s,
+        "ratio_behind_over_sync": per_s["behind"] / per_s["sync"],
+        "per_round_per_s": per_round,
+        "one_run_per_request_no_errors": whole,
+    }
 
 
 # -- one loop, three ways -----------------------------------------------------------------------
@@ -322,6 +354,9 @@ def run(quick: bool) -> dict[str, Any]:
                 listed = sum(1 for r in listed_run_ids(client, PROJECT) if r.run_id in three_ids)
         finally:
             stop_daemon(proc)
+        print(f"   {CLIENTS} clients, traces behind the answer vs --sync-history (ABBA)", flush=True)
+        modes = history_modes(home, queries, duration_s)
+        load.append(loadavg())
     in_proc, daemon, mcp = (ways["latency"][k] for k in ("in_process", "daemon", "mcp"))
     result = {
         "quick": quick,
@@ -340,6 +375,7 @@ def run(quick: bool) -> dict[str, Any]:
         "daemon_first_answer_s": round(first_answer_s, 2),
         "mcp_start_s": round(ways["mcp_start_s"], 2),
         "load": loaded,
+        "history_modes": modes,
         "rss_mib": {
             "idle": idle["VmRSS"],
             "idle_hwm": idle["VmHWM"],
@@ -396,6 +432,28 @@ def render(result: dict[str, Any]) -> str:
         "one engine call at a time (its engine lock), so throughput is one over the activation time and "
         "latency grows with the queue.",
         "",
+    ]
+    modes = result.get("history_modes")
+    if modes:
+        per_s = modes["throughput_per_s"]
+        lines += [
+            f"**Where the trace is written, under the same load** (a fresh daemon per round of "
+            f"{result['load']['clients']} clients, rounds in ABBA order): traces right behind the answer (the "
+            f"default) {per_s['behind']:.1f} requests per second, `--sync-history` {per_s['sync']:.1f}; ratio "
+            f"{modes['ratio_behind_over_sync']:.3f}"
+            + (
+                " (per round: "
+                + ", ".join(f"{m} {v:.1f}" for m, v in zip(modes["rounds"], modes["per_round_per_s"], strict=True))
+                + ")"
+                if "per_round_per_s" in modes
+                else ""
+            )
+            + ". With one engine call at a time, the trace written behind one answer overlaps the next "
+            "activation instead of preceding it. Exactly one Run per request and no error in every round: "
+            f"{'yes' if modes['one_run_per_request_no_errors'] else '**no**'}.",
+            "",
+        ]
+    lines += [
         f"**Daemon memory** (`/proc/<pid>/status`): idle, warm (model and project loaded) VmRSS "
         f"{rss['idle']:.0f} MiB; under load peak sampled VmRSS {rss['under_load_peak']:.0f} MiB; VmHWM after "
         f"the load {rss['hwm_after_load']:.0f} MiB (the high-water mark includes start-up).",
