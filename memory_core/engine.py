@@ -476,14 +476,7 @@ class Engine:
     def _abandon(self, run_id: str, clock: _StageClock, warm: bool, opened: OpenGeneration | None) -> None:
         """Best effort: a Run whose trace could not be written must not stay ``running``."""
         try:
-            failure = RunFailure.bounded(
-                error_stage="record",
-                error_code="history_write_failed",
-                error_summary="the trace could not be written; the agent got its answer",
-                latency_ms=dict(clock.latency_ms),
-                warm=warm,
-                finished_at=self.now(),
-            )
+            failure = RunFailure.history_write_failed(dict(clock.latency_ms), warm, self.now())
             self.recorder.fail(run_id, failure)
         except RunNotFound:
             pass  # its start was never written either (the store inserts it while we rank)

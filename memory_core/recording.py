@@ -12,6 +12,7 @@ from memory_core.pipeline import Candidate
 
 RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
 MAX_ERROR_SUMMARY = 500
+HISTORY_WRITE_FAILED = "history_write_failed"
 
 
 @attrs.frozen
@@ -53,6 +54,18 @@ class RunFailure:
     @classmethod
     def bounded(cls, *, error_summary: str, **fields: object) -> RunFailure:
         return cls(error_summary=error_summary[:MAX_ERROR_SUMMARY], **fields)  # type: ignore[arg-type]
+
+    @classmethod
+    def history_write_failed(cls, latency_ms: Mapping[str, float], warm: bool, finished_at: str) -> RunFailure:
+        """The agent got its answer but the Run's trace could not be written."""
+        return cls(
+            error_stage="record",
+            error_code=HISTORY_WRITE_FAILED,
+            error_summary="the trace could not be written; the agent got its answer",
+            latency_ms=latency_ms,
+            warm=warm,
+            finished_at=finished_at,
+        )
 
 
 @attrs.frozen

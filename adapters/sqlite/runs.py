@@ -666,14 +666,7 @@ class SqliteRunStore:
             self._write_trace(conn, run_id, update, rows, trace.effective_memory_hash)
         except Exception:
             log.exception("could not record Retrieval Run %s; the agent got its answer", run_id)
-            failure = RunFailure.bounded(
-                error_stage="record",
-                error_code="history_write_failed",
-                error_summary="the trace could not be written; the agent got its answer",
-                latency_ms=trace.latency_ms,
-                warm=trace.warm,
-                finished_at=trace.finished_at,
-            )
+            failure = RunFailure.history_write_failed(trace.latency_ms, trace.warm, trace.finished_at)
             try:
                 self._write_failure(conn, run_id, failure)
             except Exception:
