@@ -615,8 +615,9 @@ class SqliteRunStore:
         what was answered, whatever happens to the candidates next); the transaction runs on the
         writer thread. Raises only when the Run's ``running`` row was never written (its
         ``run_id`` names nothing). A write that fails behind the answer is logged and the Run
-        marked ``failed`` with ``history_write_failed``; were even that impossible, recovery
-        fails it with ``retrieval_interrupted`` once this process is gone.
+        marked ``failed`` with ``history_write_failed``; were even that impossible, the store's
+        next write tries again, and recovery fails it (``retrieval_interrupted``) once this
+        process is gone.
         """
         rows = _candidate_rows(run_id, trace.candidates, self._unit_columns)
         latency = dict(trace.latency_ms)
@@ -627,11 +628,12 @@ class SqliteRunStore:
         )  # fmt: skip
         ours = self._took_open(run_id)
         self._writer.wait(run_id)
-        if ours and self._write_behind:
-            if self._writer.write_behind(functools.partial(self._write_behind_answer, run_id, update, rows, trace)):
-                return
-        else:
+        if not ours:
             self._writer.settle()  # a Run this store did not start: check it against what has landed
+        elif self._write_behind:
+            behind = functools.partial(self._write_behind_answer, run_id, update, rows, trace)
+            if self._writer.write_behind(behind):
+                return  # queued; otherwise (no writer thread) it is written inline below
         with self._lock:
             self._write_trace(self._conn, run_id, update, rows, trace.effective_memory_hash)
 
