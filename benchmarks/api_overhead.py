@@ -391,6 +391,8 @@ def render(result: dict[str, Any]) -> str:
     m = result["machine"]
     lat, over, load, rss = result["latency_ms"], result["overhead_ms"], result["load"], result["rss_mib"]
     runs = result["three_way_runs"]
+    modes = result["history_modes"]
+    per_s = modes["throughput_per_s"]
 
     def row(label: str, key: str) -> str:
         v = lat[key]
@@ -432,28 +434,15 @@ def render(result: dict[str, Any]) -> str:
         "one engine call at a time (its engine lock), so throughput is one over the activation time and "
         "latency grows with the queue.",
         "",
-    ]
-    modes = result.get("history_modes")
-    if modes:
-        per_s = modes["throughput_per_s"]
-        lines += [
-            f"**Where the trace is written, under the same load** (a fresh daemon per round of "
-            f"{result['load']['clients']} clients, rounds in ABBA order): traces right behind the answer (the "
-            f"default) {per_s['behind']:.1f} requests per second, `--sync-history` {per_s['sync']:.1f}; ratio "
-            f"{modes['ratio_behind_over_sync']:.3f}"
-            + (
-                " (per round: "
-                + ", ".join(f"{m} {v:.1f}" for m, v in zip(modes["rounds"], modes["per_round_per_s"], strict=True))
-                + ")"
-                if "per_round_per_s" in modes
-                else ""
-            )
-            + ". With one engine call at a time, the trace written behind one answer overlaps the next "
-            "activation instead of preceding it. Exactly one Run per request and no error in every round: "
-            f"{'yes' if modes['one_run_per_request_no_errors'] else '**no**'}.",
-            "",
-        ]
-    lines += [
+        f"**Where the trace is written, under the same load** (a fresh daemon per round of "
+        f"{load['clients']} clients, rounds in ABBA order): traces right behind the answer (the "
+        f"default) {per_s['behind']:.1f} requests per second, `--sync-history` {per_s['sync']:.1f}; ratio "
+        f"{modes['ratio_behind_over_sync']:.3f} (per round: "
+        + ", ".join(f"{m} {v:.1f}" for m, v in zip(modes["rounds"], modes["per_round_per_s"], strict=True))
+        + "). With one engine call at a time, the trace written behind one answer overlaps the next "
+        "activation instead of preceding it. Exactly one Run per request and no error in every round: "
+        f"{'yes' if modes['one_run_per_request_no_errors'] else '**no**'}.",
+        "",
         f"**Daemon memory** (`/proc/<pid>/status`): idle, warm (model and project loaded) VmRSS "
         f"{rss['idle']:.0f} MiB; under load peak sampled VmRSS {rss['under_load_peak']:.0f} MiB; VmHWM after "
         f"the load {rss['hwm_after_load']:.0f} MiB (the high-water mark includes start-up).",

@@ -626,11 +626,7 @@ class SqliteRunStore:
             _json(trace.revisions), _json(latency), int(trace.warm), len(rows), trace.fragment_count,
             trace.token_count, total_ms(latency), run_id, RUNNING,
         )  # fmt: skip
-        ours = self._took_open(run_id)
-        self._writer.wait(run_id)
-        if not ours:
-            self._writer.settle()  # a Run this store did not start: check it against what has landed
-        elif self._write_behind:
+        if self._claim(run_id) and self._write_behind:
             behind = functools.partial(self._write_behind_answer, run_id, update, rows, trace)
             if self._writer.write_behind(behind):
                 return  # queued; otherwise (no writer thread) it is written inline below
@@ -653,12 +649,18 @@ class SqliteRunStore:
             self._ensure_manifest(conn, manifest)
         self._fault("runs.complete.after_commit")
 
-    def _took_open(self, run_id: str) -> bool:
+    def _claim(self, run_id: str) -> bool:
+        """Before a Run's terminal write: True when this store started it and no one else claimed
+        it (it may then be written behind the answer); any other Run is checked against what has
+        landed. Either way its ``running`` insert is waited for (its error re-raised)."""
         try:
             self._open.remove(run_id)  # atomic: of two calls for one Run, only one takes it
+            ours = True
         except KeyError:
-            return False
-        return True
+            ours = False
+            self._writer.settle()
+        self._writer.wait(run_id)
+        return ours
 
     def _write_behind_answer(
         self, run_id: str, update: tuple[Any, ...], rows: list[tuple[Any, ...]], trace: RunTrace, conn: apsw.Connection
@@ -690,9 +692,7 @@ class SqliteRunStore:
             self._unwritten_failures.pop(run_id, None)
 
     def fail(self, run_id: str, failure: RunFailure) -> None:
-        if not self._took_open(run_id):
-            self._writer.settle()  # a Run this store did not start: check it against what has landed
-        self._writer.wait(run_id)
+        self._claim(run_id)
         with self._lock:
             self._write_failure(self._conn, run_id, failure)
 
