@@ -11,7 +11,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-CRANFIELD = ROOT.parent / "shared" / "data" / "cranfield"
+# The development collections live in the repository (data/README.md), so a clone alone runs
+# every test and benchmark.
+DATA = ROOT / "data"
+CRANFIELD = DATA / "cranfield"
+CISI = DATA / "cisi"
 
 
 def machine() -> dict[str, Any]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CRANFIELD = ROOT.parent / "shared" / "data" / "cranfield"
+from benchmarks.common import CRANFIELD  # noqa: E402, F401  (one home for the data paths)
 
 # Any test that opens a non-loopback connection fails (no network at run time).
 from tests.reliability.network_guard import no_network  # noqa: E402, F401

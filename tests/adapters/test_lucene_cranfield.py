@@ -1,6 +1,6 @@
 """Quality and speed of the Lucene BM25 adapter on Cranfield, against the data set's reference figures.
 
-Reference (``shared/data/cranfield/README.md``): Pyserini BM25, k1 0.9, b 0.4, title + text,
+Reference (``data/cranfield/README.md``): Pyserini BM25, k1 0.9, b 0.4, title + text,
 all 225 queries, trec_eval conventions: nDCG@10 0.502, Recall@100 0.741.
 Run with ``-s`` to see the measured figures.
 """
@@ -13,17 +13,16 @@ import math
 import statistics
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import pytrec_eval
 
+from benchmarks.common import CRANFIELD
 from memory_core.model import Unit, unit_hash_of
 from memory_core.ports import LexicalSearcher
 
 pytestmark = pytest.mark.slow
 
-CRANFIELD = Path(__file__).resolve().parents[3] / "shared" / "data" / "cranfield"
 DEPTH = 100
 
 

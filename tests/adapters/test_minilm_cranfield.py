@@ -11,17 +11,16 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from pathlib import Path
 
 import pytest
 
+from benchmarks.common import CRANFIELD
 from memory_core.adapters.minilm import MiniLMEmbedder
 from memory_core.adapters.usearch_index import UsearchIndexFactory
 from memory_core.model import Unit, unit_hash_of, unit_id_for
 
 pytestmark = pytest.mark.slow
 
-CRANFIELD = Path(__file__).resolve().parents[3] / "shared" / "data" / "cranfield"
 REFERENCE_NDCG10 = 0.505
 TOLERANCE = 0.015
 DEPTH = 100
