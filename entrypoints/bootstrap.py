@@ -21,6 +21,7 @@ from memory_core.ports import (
     EmbeddingCache,
     GenerationStore,
     LexicalIndexFactory,
+    LiveMemory,
     ManifestStore,
     Reranker,
     SourceScanner,
@@ -64,6 +65,7 @@ def bootstrap(
     history: RunStore | None = None,
     evaluation: EvaluationService | None = None,
     profile: RankingProfile | None = None,
+    live_memory: LiveMemory | None = None,
     recover: bool = True,
     sync_history: bool = False,
 ) -> Engine:
@@ -153,6 +155,7 @@ def bootstrap(
         recorder=recorder or history,
         history=history,
         evaluation=evaluation,
+        live_memory=live_memory,
     )
 
 
@@ -173,8 +176,17 @@ def assemble(
     recorder: RunRecorder,
     history: RunStore,
     evaluation: EvaluationService,
+    live_memory: LiveMemory | None = None,
 ) -> Engine:
-    """The one place the indexer and the engine are put together from their parts."""
+    """The one place the indexer and the engine are put together from their parts.
+
+    ``live_memory`` defaults to scanning the sources through ``scanner`` (its hash cache makes
+    that a walk plus a stat per file); the daemon passes its watcher-backed one.
+    """
+    if live_memory is None:
+        from memory_core.live_memory import ScanningLiveMemory
+
+        live_memory = ScanningLiveMemory(scanner)
     indexer = Indexer(
         catalog=catalog,
         manifests=manifests,
@@ -203,6 +215,7 @@ def assemble(
         recorder=recorder,
         history=history,
         evaluation=evaluation,
+        live_memory=live_memory,
     )
 
 

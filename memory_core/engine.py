@@ -42,6 +42,7 @@ from memory_core.ports import (
     GenerationStore,
     LexicalIndexFactory,
     LexicalSearcher,
+    LiveMemory,
     ManifestStore,
     Reranker,
     VectorIndexFactory,
@@ -206,6 +207,8 @@ class Engine:
     profile: RankingProfile = attrs.field(factory=RankingProfile)
     history: RunStore | None = None
     evaluation: EvaluationService | None = None
+    # The sources as they are now (brief §3); None records only the ranking generation's memory.
+    live_memory: LiveMemory | None = None
     _open: dict[str, OpenGeneration] = attrs.field(factory=dict, init=False)
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
 
