@@ -34,7 +34,15 @@ from memory_core.exact import REVISION as EXACT_REVISION
 from memory_core.exact import ExactIndex
 from memory_core.fixture import ImportResult
 from memory_core.indexing import LEXICAL_DIR, VECTOR_DIR, Indexer, IndexReport, Progress
-from memory_core.model import Generation, Project, Source, Unit, validate_project_id
+from memory_core.model import (
+    EffectiveMemory,
+    Generation,
+    Project,
+    ScannedResource,
+    Source,
+    Unit,
+    validate_project_id,
+)
 from memory_core.pipeline import SELECTED, Candidate, apply_rerank, fuse
 from memory_core.ports import (
     Catalog,
@@ -106,6 +114,29 @@ class Fragment:
 
 
 @attrs.frozen
+class Freshness:
+    """How the generation that ranked the answer compares with the sources as they are now.
+
+    ``live``: the live Effective Memory was read; when False, ``error`` says why and the counts
+    are unknown (None) -- the answer is the same either way, only its freshness is not known.
+    ``changed_resources``: resources added, edited or deleted since the generation was built;
+    ``index_behind``: the live Effective Memory hash differs from the generation's;
+    ``reindex_pending``: a re-index is queued or running (the daemon's watcher; never in process).
+    ``stale_resources`` / ``missing_resources``: the resources of returned fragments whose text
+    has changed since, or which no longer exist -- the agent should not trust those fragments.
+    """
+
+    live: bool
+    index_behind: bool | None
+    changed_resources: int | None
+    reindex_pending: bool
+    effective_memory_hash: str | None  # the live Effective Memory's hash
+    stale_resources: tuple[str, ...] = ()
+    missing_resources: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@attrs.frozen
 class ActivationResponse:
     run_id: str | None
     project_id: str
@@ -116,6 +147,7 @@ class ActivationResponse:
     revisions: Mapping[str, str]
     totals: Mapping[str, int]
     latency_ms: Mapping[str, float]
+    freshness: Freshness
 
 
 @attrs.frozen
@@ -142,10 +174,13 @@ class OpenGeneration:
         uris: Mapping[str, str],
         lexical: LexicalSearcher,
         vectors: VectorSearcher,
+        hashes: Mapping[str, str] | None = None,
     ) -> None:
         self.generation = generation
         self.units = {u.unit_id: u for u in units}
         self.uris = dict(uris)
+        self.hashes = dict(hashes or {})  # resource_id -> resource hash in this generation
+        self.hash_set = frozenset(self.hashes.values())
         self.exact = ExactIndex(units)
         self.lexical = lexical
         self.vectors = vectors
@@ -284,13 +319,14 @@ class Engine:
                     f"{exc.message}; run `memcore index {project_id}` to rebuild it", project=project_id
                 ) from exc
             units = self.generations.load_units(directory)
-            uris = {e.resource_id: e.uri for e in self.manifests.get_manifest(current.effective_memory_hash)}
+            manifest = self.manifests.get_manifest(current.effective_memory_hash)
             fresh = OpenGeneration(
                 current,
                 units,
-                uris,
+                {e.resource_id: e.uri for e in manifest},
                 self.lexical.open(directory / LEXICAL_DIR),
                 self.vectors.open(directory / VECTOR_DIR),
+                {e.resource_id: e.resource_hash for e in manifest},
             )
             self._open[project_id] = fresh
         if opened is not None:
@@ -307,7 +343,7 @@ class Engine:
     ) -> Activation:
         clock = _StageClock()
         # Validation: a request failing here gets a typed error and creates no Run.
-        self.catalog.get_project(validate_project_id(project_id))
+        project = self.catalog.get_project(validate_project_id(project_id))
         query = _validate_query(query)
         token_budget = _validate_budget(budget, self.profile.token_budget)
         held = state if isinstance(state, ActivationState) else ActivationState.from_json(state)
@@ -336,11 +372,16 @@ class Engine:
         generation = opened.generation
         selected = [c for c in candidates if c.disposition == SELECTED]
         fragments = tuple(Fragment.from_candidate(c, opened.uris.get(c.unit.resource_id, "")) for c in selected)
+        clock.begin("live_memory")
+        live, freshness = self._live(project, opened, fragments, keep_blobs=run_id is not None)
+        clock.end()
         revisions = self.revisions(generation)
         clock.total()
         if run_id is not None:
             trace = RunTrace(
-                effective_memory_hash=generation.effective_memory_hash,
+                # The Run records the memory the project saw now; the Index Revision (and the
+                # revisions' effective_memory_hash) name the generation that ranked it.
+                effective_memory_hash=live.hash if live is not None else generation.effective_memory_hash,
                 index_revision=generation.index_revision,
                 revisions=revisions,
                 candidates=candidates,
@@ -349,6 +390,7 @@ class Engine:
                 fragment_count=len(fragments),
                 token_count=totals["tokens"],
                 finished_at=self.now(),
+                live_memory=live if live is not None and live.hash != generation.effective_memory_hash else None,
             )
             try:
                 self.recorder.complete(run_id, trace)
@@ -366,8 +408,59 @@ class Engine:
             revisions=revisions,
             totals={**totals, "candidates": len(candidates), "budget": token_budget},
             latency_ms=dict(clock.latency_ms),
+            freshness=freshness,
         )
         return Activation(response, tuple(candidates))
+
+    def _live(
+        self, project: Project, opened: OpenGeneration, fragments: Sequence[Fragment], *, keep_blobs: bool
+    ) -> tuple[EffectiveMemory | None, Freshness]:
+        """The live Effective Memory and the answer's freshness against it. Never raises: a
+        source that cannot be read leaves the Run with the generation's memory and says so."""
+        generation = opened.generation
+        if self.live_memory is None:
+            return None, Freshness(False, None, None, False, None, error="live memory is not read by this engine")
+        try:
+            pending = bool(self.live_memory.reindex_pending(project.project_id))
+        except Exception:
+            log.exception("could not ask whether project %s re-indexes", project.project_id)
+            pending = False
+        try:
+            live = self.live_memory.effective_memory(project)
+        except Exception as exc:
+            log.warning("could not read the live memory of %s: %s", project.project_id, exc)
+            reason = exc.message if isinstance(exc, MemoryCoreError) else f"{type(exc).__name__}: {exc}"
+            return None, Freshness(False, None, None, pending, None, error=reason[:500])
+        if live.hash == generation.effective_memory_hash:
+            return live, Freshness(True, False, 0, pending, live.hash)
+        now = {e.resource_id: e.resource_hash for e in live.entries}
+        then = opened.hashes
+        changed = sum(1 for r, h in now.items() if then.get(r) != h) + sum(1 for r in then if r not in now)
+        returned = dict.fromkeys(f.resource_id for f in fragments)
+        stale = tuple(r for r in returned if r in now and now[r] != then.get(r))
+        missing = tuple(r for r in returned if r not in now)
+        error = self._keep_live_blobs(live, opened) if keep_blobs else None
+        return live, Freshness(True, True, changed, pending, live.hash, stale, missing, error)
+
+    def _keep_live_blobs(self, live: EffectiveMemory, opened: OpenGeneration) -> str | None:
+        """Store the bodies of live resources the generation does not hold, so a case made from
+        this Run has its whole corpus (seed: the Run's content-addressed resource blobs). Only
+        changed files are read, and each only once: a later Run finds its blob stored."""
+        blobs, scanner = self.indexer.blobs, self.indexer.scanner
+        failed: list[str] = []
+        for e in live.entries:
+            if e.resource_hash in opened.hash_set or blobs.exists(e.resource_hash):
+                continue
+            try:
+                blobs.put(scanner.read(ScannedResource(
+                    e.resource_id, e.layer, e.uri, e.resource_hash, e.byte_size, e.media_type, live.paths[e.resource_id]
+                )))  # fmt: skip
+            except Exception as exc:  # changed again or vanished since the scan: a case will say so
+                log.warning("could not keep the body of %s: %s", e.resource_id, exc)
+                failed.append(e.resource_id)
+        if failed:
+            return f"{len(failed)} changed resource body(ies) could not be kept (first: {failed[0]!r})"
+        return None
 
     def _rank(
         self, opened: OpenGeneration, query: str, budget: int, held: ActivationState, clock: _StageClock

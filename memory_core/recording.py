@@ -37,6 +37,9 @@ class RunTrace:
     fragment_count: int
     token_count: int
     finished_at: str
+    # The live Effective Memory when it differs from the generation's (whose manifest is recorded
+    # at index time): its manifest is stored once under ``effective_memory_hash``.
+    live_memory: EffectiveMemory | None = None
 
 
 @attrs.frozen

@@ -128,6 +128,9 @@ class InMemoryRunStore:
             )  # fmt: skip
             run.revisions, run.latency_ms = dict(trace.revisions), latency
             run.candidates = tuple(sorted(records, key=lambda r: r.final_rank))
+            live = trace.live_memory
+            if live is not None and live.hash == trace.effective_memory_hash and live.hash not in self._manifests:
+                self._store_manifest(check_manifest(live), tuple(live.entries))
             self._ensure_manifest(trace.effective_memory_hash)
 
     def fail(self, run_id: str, failure: RunFailure) -> None:

@@ -631,10 +631,16 @@ class SqliteRunStore:
             if self._writer.write_behind(behind):
                 return  # queued; otherwise (no writer thread) it is written inline below
         with self._lock:
-            self._write_trace(self._conn, run_id, update, rows, trace.effective_memory_hash)
+            self._write_trace(self._conn, run_id, update, rows, trace.effective_memory_hash, trace.live_memory)
 
     def _write_trace(
-        self, conn: apsw.Connection, run_id: str, update: tuple[Any, ...], rows: list[tuple[Any, ...]], manifest: str
+        self,
+        conn: apsw.Connection,
+        run_id: str,
+        update: tuple[Any, ...],
+        rows: list[tuple[Any, ...]],
+        manifest: str,
+        live: EffectiveMemory | None = None,
     ) -> None:
         with storage_errors("cannot record Retrieval Run"), write_transaction(conn):
             conn.execute(
@@ -646,7 +652,7 @@ class SqliteRunStore:
             self._check_changed(conn, run_id)
             conn.executemany(_INSERT_CANDIDATE, rows)
             self._fault(AFTER_CANDIDATES)
-            self._ensure_manifest(conn, manifest)
+            self._ensure_manifest(conn, manifest, live)
         self._fault("runs.complete.after_commit")
 
     def _claim(self, run_id: str) -> bool:
@@ -667,7 +673,7 @@ class SqliteRunStore:
     ) -> None:
         self._retry_unwritten_failures(conn)
         try:
-            self._write_trace(conn, run_id, update, rows, trace.effective_memory_hash)
+            self._write_trace(conn, run_id, update, rows, trace.effective_memory_hash, trace.live_memory)
         except Exception:
             log.exception("could not record Retrieval Run %s; the agent got its answer", run_id)
             failure = RunFailure.history_write_failed(trace.latency_ms, trace.warm, trace.finished_at)
@@ -723,12 +729,16 @@ class SqliteRunStore:
             raise RunNotFound(f"no Retrieval Run {run_id!r}", run_id=run_id)
         raise InvalidRequest(f"Retrieval Run {run_id!r} is already {rows[0][0]}", run_id=run_id, status=rows[0][0])
 
-    def _ensure_manifest(self, conn: apsw.Connection, manifest_hash: str) -> None:
-        """Known manifests cost one index probe; an unknown one is copied once from the catalog."""
+    def _ensure_manifest(self, conn: apsw.Connection, manifest_hash: str, live: EffectiveMemory | None = None) -> None:
+        """Known manifests cost one index probe; an unknown one is copied once from the catalog,
+        or, for a live Effective Memory no generation holds, stored once from the trace."""
         known = conn.execute(
             "SELECT 1 FROM retrieval_run_resources WHERE manifest_hash = ? LIMIT 1", (manifest_hash,)
         ).fetchall()
         if known:
+            return
+        if live is not None and live.hash == manifest_hash:
+            self._insert_manifest(conn, check_manifest(live), live.entries)
             return
         rows = conn.execute("SELECT entries_json FROM manifests WHERE manifest_hash = ?", (manifest_hash,)).fetchall()
         if not rows:
