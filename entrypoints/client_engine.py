@@ -80,8 +80,8 @@ class ClientEngine:
     def list_runs(self, run_filter: RunFilter | None = None, *, limit: int = 50, cursor: str | None = None) -> RunPage:
         return self.client.list_retrieval_runs(run_filter, limit=limit, cursor=cursor)
 
-    def get_run(self, run_id: str) -> RunDetail:
-        return self.client.get_retrieval_run(run_id)
+    def get_run(self, run_id: str, *, manifest: bool = False) -> RunDetail:
+        return self.client.get_retrieval_run(run_id, manifest=manifest)
 
     def clear_runs(self, project_id: str | None = None) -> ClearReport:
         if project_id is None:

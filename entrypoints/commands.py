@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from memory_core.engine import Engine
+from memory_core.engine import Engine, Freshness
 from memory_core.entrypoints import render, wire
 from memory_core.entrypoints.bootstrap import bootstrap
 from memory_core.entrypoints.cli import _emit_json, _parse_source
@@ -126,6 +127,9 @@ def activate(engine: Engine, args: argparse.Namespace) -> int:
         Path(args.save_state).write_text(
             json.dumps(activation.response.activation_state.to_json(), indent=2), encoding="utf-8"
         )
+    warning = freshness_warning(args.project, activation.response.freshness)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)  # stderr: --json output stays one document
     if args.json:
         _emit_json(
             {
@@ -138,6 +142,21 @@ def activate(engine: Engine, args: argparse.Namespace) -> int:
     out.print(render.candidates_table(activation, args.rows))
     out.print(render.latency_line(activation))
     return 0
+
+
+def freshness_warning(project: str, freshness: Freshness) -> str | None:
+    """What to tell a person whose answer came from an index behind the sources, or None."""
+    if not freshness.live:
+        return f"could not compare the index with the sources: {freshness.error}"
+    if not freshness.index_behind:
+        return None
+    said = [f"{freshness.changed_resources} resource(s) changed since it was built"]
+    if freshness.stale_resources:
+        said.append("edited since: " + ", ".join(freshness.stale_resources))
+    if freshness.missing_resources:
+        said.append("deleted since: " + ", ".join(freshness.missing_resources))
+    fix = "a re-index is under way" if freshness.reindex_pending else f"run `memcore index {project}`"
+    return f"the index of {project!r} is behind its sources ({'; '.join(said)}): {fix}"
 
 
 def runs_list(engine: Engine, args: argparse.Namespace) -> int:

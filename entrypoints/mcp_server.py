@@ -36,7 +36,11 @@ TOOL_DESCRIPTION = (
     "you already hold: 'add' (new, with text), 'replace' (a newer version of a fragment you hold, "
     "with text) or 'reuse' (you already hold it: no text is sent). Send back the activation_state "
     "of the previous answer to get only what changed. Every call is recorded as a Retrieval Run "
-    "(run_id) that a person can inspect and evaluate."
+    "(run_id) that a person can inspect and evaluate. 'freshness' says whether the index lags the "
+    "project's files: index_behind true means files changed since it was built (changed_resources "
+    "of them; reindex_pending: a re-index is under way, ask again shortly); stale_resources were "
+    "edited since, so their fragments' text may be out of date, and missing_resources were deleted: "
+    "prefer reading those files directly. live false: freshness is unknown (error says why)."
 )
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 DEFS = "#/$defs/"

@@ -113,27 +113,32 @@ class Fragment:
         )
 
 
+def _described(text: str, default: Any = attrs.NOTHING) -> Any:
+    """A field with its wire description (the daemon's OpenAPI and the MCP schema show it)."""
+    return attrs.field(default=default, metadata={"schema": {"description": text}})
+
+
 @attrs.frozen
 class Freshness:
-    """How the generation that ranked the answer compares with the sources as they are now.
+    """How the generation that ranked this answer compares with the sources as they are now.
 
-    ``live``: the live Effective Memory was read; when False, ``error`` says why and the counts
-    are unknown (None) -- the answer is the same either way, only its freshness is not known.
-    ``changed_resources``: resources added, edited or deleted since the generation was built;
-    ``index_behind``: the live Effective Memory hash differs from the generation's;
-    ``reindex_pending``: a re-index is queued or running (the daemon's watcher; never in process).
-    ``stale_resources`` / ``missing_resources``: the resources of returned fragments whose text
-    has changed since, or which no longer exist -- the agent should not trust those fragments.
+    The answer always comes from the current generation; freshness only says how far it lags
+    the live sources. When ``live`` is False the live memory could not be read (``error`` says
+    why) and the counts are unknown.
     """
 
-    live: bool
-    index_behind: bool | None
-    changed_resources: int | None
-    reindex_pending: bool
-    effective_memory_hash: str | None  # the live Effective Memory's hash
-    stale_resources: tuple[str, ...] = ()
-    missing_resources: tuple[str, ...] = ()
-    error: str | None = None
+    live: bool = _described("the live Effective Memory was read; false: see error, the counts are unknown")
+    index_behind: bool | None = _described("the sources changed since the index was built (a re-index would differ)")
+    changed_resources: int | None = _described("resources added, edited or deleted since the index was built")
+    reindex_pending: bool = _described("a re-index is queued or running (the daemon's watcher); never in process")
+    effective_memory_hash: str | None = _described("the hash of the live Effective Memory this Run recorded")
+    stale_resources: tuple[str, ...] = _described(
+        "resources of returned fragments edited since the index was built: their text may be out of date", ()
+    )
+    missing_resources: tuple[str, ...] = _described(
+        "resources of returned fragments deleted since the index was built: do not rely on them", ()
+    )
+    error: str | None = _described("why the live memory could not be read", None)
 
 
 @attrs.frozen
@@ -506,8 +511,14 @@ class Engine:
     def list_runs(self, run_filter: RunFilter | None = None, *, limit: int = 50, cursor: str | None = None) -> RunPage:
         return self._runs().list_runs(run_filter or RunFilter(), limit=limit, cursor=cursor)
 
-    def get_run(self, run_id: str) -> RunDetail:
-        return self._runs().get_run(run_id)
+    def get_run(self, run_id: str, *, manifest: bool = False) -> RunDetail:
+        """A Run's trace; ``manifest``: with the Effective Memory manifest it saw (the sources at
+        activation), so a reader can tell which candidates were stale or gone when the index lagged."""
+        detail = self._runs().get_run(run_id)
+        if manifest and detail.summary.effective_memory_hash is not None:
+            entries = self._runs().run_manifest(detail.summary.effective_memory_hash)
+            detail = attrs.evolve(detail, manifest=entries)
+        return detail
 
     def clear_runs(self, project_id: str | None = None) -> ClearReport:
         if project_id is not None:

@@ -7,7 +7,7 @@ from typing import Protocol
 
 import attrs
 
-from memory_core.model import EffectiveMemory
+from memory_core.model import EffectiveMemory, ManifestEntry
 from memory_core.pipeline import Candidate
 
 RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
@@ -160,6 +160,9 @@ class RunDetail:
     revisions: Mapping[str, str]
     latency_ms: Mapping[str, float]
     candidates: tuple[CandidateRecord, ...]
+    # On request: the Effective Memory manifest the Run saw (its ``effective_memory_hash``), to
+    # compare with the candidates' resource hashes, which are the ranking generation's.
+    manifest: tuple[ManifestEntry, ...] | None = None
 
 
 @attrs.frozen
@@ -228,6 +231,10 @@ class RunStore(RunRecorder, CorpusRegistry, Protocol):
     def list_runs(self, run_filter: RunFilter, *, limit: int = 50, cursor: str | None = None) -> RunPage: ...
 
     def get_run(self, run_id: str) -> RunDetail: ...
+
+    def run_manifest(self, manifest_hash: str) -> tuple[ManifestEntry, ...] | None:
+        """The ordered manifest recorded under that hash, or None when it was never recorded."""
+        ...
 
     def recover_interrupted(self) -> int:
         """Mark ``running`` Runs whose owner process is gone ``failed`` (retrieval_interrupted)."""

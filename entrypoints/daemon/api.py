@@ -281,6 +281,10 @@ class ListRetrievalRunsRequest:
 @attrs.frozen
 class GetRetrievalRunRequest:
     run_id: str
+    manifest: bool = attrs.field(
+        default=False,
+        metadata={"schema": {"description": "also return the Effective Memory manifest the Run saw at activation"}},
+    )
 
 
 @attrs.frozen

@@ -147,8 +147,9 @@ class DaemonClient:
         )
         return self.call("list_retrieval_runs", request)  # type: ignore[no-any-return]
 
-    def get_retrieval_run(self, run_id: str) -> RunDetail:
-        return self.call("get_retrieval_run", api.GetRetrievalRunRequest(run_id))  # type: ignore[no-any-return]
+    def get_retrieval_run(self, run_id: str, *, manifest: bool = False) -> RunDetail:
+        request = api.GetRetrievalRunRequest(run_id, manifest)
+        return self.call("get_retrieval_run", request)  # type: ignore[no-any-return]
 
     def clear_retrieval_runs(self, project_id: str | None = None, *, all: bool = False) -> ClearReport:
         """Clear History of one project, or of every project with ``all=True``."""

@@ -179,7 +179,7 @@ def list_retrieval_runs(ctx: Context, req: api.ListRetrievalRunsRequest) -> RunP
 
 
 def get_retrieval_run(ctx: Context, req: api.GetRetrievalRunRequest) -> RunDetail:
-    return ctx.engine.get_run(req.run_id)
+    return ctx.engine.get_run(req.run_id, manifest=req.manifest)
 
 
 def clear_retrieval_runs(ctx: Context, req: api.ClearRetrievalRunsRequest) -> ClearReport:

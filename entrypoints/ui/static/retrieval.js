@@ -168,8 +168,40 @@ function latencyChart(latency) {
   });
 }
 
+// Which candidates' resources had changed (stale) or gone (missing) in the sources when the Run
+// ran: the manifest is the live Effective Memory it recorded, a candidate's resource hash is the
+// one of the generation that ranked it.
+function indexLag(run) {
+  if (!run.manifest) return null;
+  const live = new Map(run.manifest.map((e) => [e.resource_id, e.resource_hash]));
+  const stale = new Set(), missing = new Set();
+  for (const c of run.candidates) {
+    if (!live.has(c.resource_id)) missing.add(c.resource_id);
+    else if (live.get(c.resource_id) !== c.resource_hash) stale.add(c.resource_id);
+  }
+  return { stale: [...stale].sort(), missing: [...missing].sort() };
+}
+
+function lagPanel(run) {
+  const lag = indexLag(run);
+  const lagging = run.summary.effective_memory_hash !== run.revisions.effective_memory_hash;
+  let body;
+  if (!lag) body = h("p", { class: "muted" }, "No Effective Memory was recorded for this Run.");
+  else if (!lagging) body = h("p", null, "The index matched the sources when this Run ran.");
+  else {
+    const names = (ids) => (ids.length ? ids.map((id) => h("code", { class: "wrap-any" }, id)).flatMap((n, i) => (i ? [", ", n] : [n])) : "none");
+    body = [
+      h("p", { class: "msg warn", role: "status" },
+        `The index lagged the sources: ${lag.stale.length} candidate resource(s) had been edited and ${lag.missing.length} deleted since it was built.`),
+      facts([["Stale (edited since)", h("span", { id: "lag-stale" }, names(lag.stale))],
+        ["Missing (deleted since)", h("span", { id: "lag-missing" }, names(lag.missing))]]),
+    ];
+  }
+  return h("section", { class: "panel", "aria-labelledby": "lag-h", id: "index-lag" }, h("h2", { id: "lag-h" }, "Index freshness"), body);
+}
+
 export async function runPage(main, runId) {
-  const run = await call("get_retrieval_run", { run_id: runId });
+  const run = await call("get_retrieval_run", { run_id: runId, manifest: true });
   const r = run.summary;
   const filter = h("select", { id: "disposition", "aria-controls": "candidates" },
     h("option", { value: "" }, "every candidate"), h("option", { value: "selected" }, "selected only"),
@@ -217,12 +249,14 @@ export async function runPage(main, runId) {
         ["Returned", `${r.fragment_count} fragment(s), ${r.token_count} of ${r.token_budget} tokens; ${selected} selected of ${r.candidate_count} candidates`],
         ["Index Revision", short(r.index_revision, 16)],
         ["Effective Memory", short(r.effective_memory_hash, 16)],
+        ["Indexed memory", short(run.revisions.effective_memory_hash, 16)],
         ["State fingerprint", short(r.state_fingerprint, 16)],
       ])),
       h("section", { class: "panel", "aria-labelledby": "lat-h" }, h("h2", { id: "lat-h" }, "Latency"),
         Object.keys(run.latency_ms).length ? latencyChart(run.latency_ms) : h("p", { class: "muted" }, "No stage latency recorded."),
         h("details", null, h("summary", null, "Revisions"),
           facts(Object.entries(run.revisions).sort().map(([k, v]) => [k, h("code", { class: "wrap-any" }, v)]))))),
+    r.status === "succeeded" ? lagPanel(run) : null,
     h("section", { class: "panel", "aria-labelledby": "cand-h" },
       h("div", { class: "row spread" }, h("h2", { id: "cand-h" }, `Candidates (${run.candidates.length})`),
         h("label", { for: "disposition", class: "inline" }, "Show", filter)),
