@@ -262,11 +262,16 @@ def serve(
             threading.Thread(target=_warm, args=(context,), name="warm-up", daemon=True).start()
         app: Any = create_app(context)
         listeners = [sock]
+        http: Any = "auto"
         if ui_sock is not None:
+            from memory_core.entrypoints.ui.connections import bounded_h11
+
             app = _with_ui(root, context, app, ui_sock, started_at)
             listeners.append(ui_sock)
+            http = bounded_h11()  # the UI port's heads have a deadline, its peers a bound
         config = uvicorn.Config(
             app,
+            http=http,
             lifespan="off",
             proxy_headers=False,  # nothing proxies us: X-Forwarded-* from a local page is a lie
             log_config=None,

@@ -1,5 +1,6 @@
-"""The UI's ASGI app: the pages and assets, ``GET /ui/api/runtime``, and the daemon's own
-dispatch app at ``/v1`` (the very instance the Unix socket serves), all behind :class:`Guard`.
+"""The UI's ASGI app: the pages and assets, ``GET /ui/api/runtime`` and ``/ui/api/export``, and
+the daemon's own dispatch app at ``/v1`` (the very instance the Unix socket serves) for the
+methods in :data:`UI_METHODS`, all behind :class:`Guard`.
 
 The pages are one HTML shell; ``static/app.js`` routes on the path, so every page has an
 address of its own (``/runtime``, ``/retrieval/runs/<id>``, ``/evaluation/cases/<id>`` …).
@@ -8,9 +9,9 @@ address of its own (``/runtime``, ``/retrieval/runs/<id>``, ``/evaluation/cases/
 from __future__ import annotations
 
 import datetime as dt
-import html
 from functools import partial
 from pathlib import Path
+from urllib.parse import quote
 
 import anyio.to_thread
 from starlette.applications import Starlette
@@ -23,22 +24,36 @@ from memory_core.entrypoints.daemon import api, dispatch
 from memory_core.entrypoints.daemon.app import error_response
 from memory_core.entrypoints.daemon.dispatch import Context
 from memory_core.errors import MemoryCoreError
+from memory_core.model import validate_project_id
 
 from .runtime import runtime_facts
-from .security import ASGIApp, Guard, Receive, Scope, Secrets, Send
+from .security import METHOD_REFUSED, ASGIApp, Guard, Receive, Scope, Secrets, Send, refuse
 
 STATIC = Path(__file__).with_name("static")
 PAGES = ("/", "/runtime", "/retrieval", "/retrieval/runs/{run_id}", "/evaluation", "/evaluation/cases/{case_id}")
 
+# The dispatch methods the page calls (static/*.js; a test holds the two equal), and no others:
+# the UI port is reachable by every local user and by pages in the user's browser, so what
+# adds or removes sources, indexes or activates (reading files on the user's behalf) stays
+# on the owner-only Unix socket. Reading Runs, judging cases and importing a fixture need none.
+UI_METHODS = frozenset({
+    "runtime_status", "list_projects",
+    "list_retrieval_runs", "get_retrieval_run", "clear_retrieval_runs",
+    "create_evaluation_case", "list_evaluation_cases", "get_evaluation_case", "search_corpus_resources",
+    "replace_evaluation_judgments", "mark_evaluation_reviewed", "evaluation_report", "import_evaluation_set",
+})
 
-def _shell(ui: Secrets) -> bytes:
-    template = (STATIC / "index.html").read_text(encoding="utf-8")
-    return template.replace("{{csrf}}", html.escape(ui.csrf, quote=True)).encode()
+
+def content_disposition(filename: str) -> str:
+    """``attachment`` per RFC 6266: an ASCII fallback with no quote, backslash or control
+    character, and the exact name as RFC 5987 ``filename*``, so no name can add a parameter."""
+    fallback = "".join(c if " " <= c < "\x7f" and c not in '"\\%' else "_" for c in filename)
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
 
 
 def create_ui_app(context: Context, daemon_app: ASGIApp, ui: Secrets) -> ASGIApp:
-    """The app for the UI port: ``daemon_app`` answers ``/v1/...``; the rest is the UI."""
-    shell = _shell(ui)
+    """The app for the UI port: ``daemon_app`` answers ``/v1/<one of UI_METHODS>``; the rest is the UI."""
+    shell = (STATIC / "index.html").read_bytes()  # no secret in it: the page's token is its own
 
     async def page(_: Request) -> Response:
         return Response(shell, media_type="text/html; charset=utf-8")
@@ -55,15 +70,22 @@ def create_ui_app(context: Context, daemon_app: ASGIApp, ui: Secrets) -> ASGIApp
         would turn ``1.0`` into ``1`` and break the trace hashes)."""
         project_id = request.query_params.get("project_id") or None
         try:
+            if project_id is not None:
+                validate_project_id(project_id)  # it goes into a header and a file name
             method = dispatch.lookup("export_evaluation_set")
             typed = api.structure(converter, {"project_id": project_id} if project_id else {}, method.request)
             fixture = await anyio.to_thread.run_sync(partial(context.call, method, typed))
+            if project_id is not None and not fixture.document.get("cases"):
+                # No case: a project with none yet, or no such project (the catalog decides;
+                # a removed project's cases still export above).
+                show = dispatch.lookup("show_project")
+                await anyio.to_thread.run_sync(partial(context.call, show, api.ShowProjectRequest(project_id)))
         except MemoryCoreError as exc:
             return error_response(exc)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         name = f"evaluation-set{'-' + project_id if project_id else ''}-{stamp}.json"
         return Response(fixture.to_bytes(), media_type="application/json",
-                        headers={"content-disposition": f'attachment; filename="{name}"'})
+                        headers={"content-disposition": content_disposition(name)})
 
     pages = Starlette(
         routes=[
@@ -77,6 +99,9 @@ def create_ui_app(context: Context, daemon_app: ASGIApp, ui: Secrets) -> ASGIApp
     async def route(scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
         if path == "/v1" or path.startswith("/v1/"):
+            if path.removeprefix("/v1/") not in UI_METHODS:
+                await refuse(scope, send, METHOD_REFUSED)
+                return
             await daemon_app(scope, receive, send)
         else:
             await pages(scope, receive, send)

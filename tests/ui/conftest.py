@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
@@ -92,6 +93,10 @@ class UiDaemon:
 
     def url(self, path: str = "/") -> str:
         return self.info.base_url.rstrip("/") + path
+
+    def launch(self, path: str = "/") -> str:
+        """``path`` with this start's token in the fragment, as ``memcore ui`` opens the base."""
+        return f"{self.url(path)}#{urlencode({'token': self.info.token})}"
 
     def call(self, method: str, **fields: Any) -> Any:
         """A dispatch-table call over the Unix socket (what the CLI does), typed both ways."""
@@ -179,7 +184,8 @@ def console() -> Console:
 
 @pytest.fixture
 def session(browser: Any, ui_daemon: UiDaemon, console: Console) -> Iterator[Any]:
-    """A fresh browser context that has opened the launch address (so it holds the cookie)."""
+    """A fresh browser context whose first tab opened the launch address (so the page holds the
+    token in that tab's sessionStorage)."""
     context = browser.new_context(viewport=WIDE, accept_downloads=True)
     try:
         page = console.watch(context.new_page())
@@ -196,9 +202,13 @@ def page(session: Any) -> Any:
     return session.pages[0]
 
 
-def new_page(session: Any, console: Console) -> Any:
-    """Another tab of the same browser (same cookie), watched for console errors too."""
-    return console.watch(session.new_page())
+def new_page(session: Any, console: Console, ui_daemon: UiDaemon) -> Any:
+    """Another tab of the same browser, opened from the launch address (each tab keeps the token
+    in its own sessionStorage), watched for console errors too."""
+    page = console.watch(session.new_page())
+    page.goto(ui_daemon.launch())
+    page.wait_for_load_state("networkidle")
+    return page
 
 
 def shoot(page: Any, name: str, *, full_page: bool = True) -> Path:

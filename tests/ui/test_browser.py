@@ -7,11 +7,13 @@ Every test starts from the launch address, checks the page against what the daem
 
 from __future__ import annotations
 
+import http.server
 import os
 import re
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +60,14 @@ def make_case(ui_daemon: UiDaemon, query: str) -> tuple[str, Any]:
     return case.case_id, ui_daemon.call("get_evaluation_case", case_id=case.case_id)
 
 
-def test_the_launch_address_becomes_a_cookie_and_a_clean_url(page: Any, ui_daemon: UiDaemon) -> None:
+def test_the_launch_address_leaves_the_token_in_this_tab_only(page: Any, ui_daemon: UiDaemon) -> None:
     assert page.url == ui_daemon.url("/")  # the token left the address bar (and the history)
     assert "token" not in page.evaluate("location.href")
-    assert page.evaluate("document.cookie") == ""  # HttpOnly: scripts never see the token
-    cookies = page.context.cookies()
-    assert [(c["name"], c["httpOnly"], c["sameSite"]) for c in cookies] == [
-        (f"memcore_ui_{ui_daemon.info.port}", True, "Strict")
-    ]
+    assert page.context.cookies() == [] and page.evaluate("document.cookie") == ""  # no cookie at all
+    assert page.evaluate("sessionStorage.getItem('memcore-ui-token')") == ui_daemon.info.token
     expect(page.get_by_role("heading", name="Runtime", level=1)).to_be_visible()
+    page.reload()  # sessionStorage outlives a reload
+    expect(page.locator("main")).to_contain_text(str(ui_daemon.proc.pid))
 
 
 def test_runtime_page(page: Any, ui_daemon: UiDaemon) -> None:
@@ -236,7 +237,7 @@ def test_a_stale_editor_is_told_keeps_its_edits_and_can_rebase(
     first, second = detail.trace.candidates[0].unit_id, detail.trace.candidates[1].unit_id
     address = ui_daemon.url(f"/evaluation/cases/{case_id}")
     page.goto(address)
-    other = new_page(session, console)
+    other = new_page(session, console, ui_daemon)
     other.goto(address)
     expect(other.locator("#version")).to_have_text("v0")
 
@@ -371,41 +372,133 @@ def test_every_page_fits_a_narrow_window_and_the_keyboard_reaches_it(page: Any, 
 def test_requests_without_the_token_or_from_elsewhere_are_refused(ui_daemon: UiDaemon) -> None:
     info = ui_daemon.info
     host = f"127.0.0.1:{info.port}"
-    cookie = {f"memcore_ui_{info.port}": info.token}
-    with httpx.Client(base_url=info.base_url, follow_redirects=False, timeout=30) as http:
-        for path in ("/", "/runtime", "/static/app.js", "/ui/api/runtime", "/ui/api/export", "/v1/list_projects"):
-            reply = http.get(path)
+    token = {"authorization": f"Bearer {info.token}"}
+    with httpx.Client(base_url=info.base_url, follow_redirects=False, timeout=30) as client:
+        for path in ("/ui/api/runtime", "/ui/api/export", "/v1/list_projects"):
+            reply = client.get(path)
             assert reply.status_code == 401, path
-        assert http.post("/v1/list_projects", json={}).status_code == 401
-        assert http.get("/?token=not-the-token").status_code == 401
-        assert http.get("/v1/list_projects", headers={"authorization": "Bearer not-the-token"}).status_code == 401
+        assert client.post("/v1/list_projects", json={}).status_code == 401
+        assert client.get(f"/v1/list_projects?token={info.token}").status_code == 401
+        assert client.get("/v1/list_projects", headers={"authorization": "Bearer not-the-token"}).status_code == 401
+        # The pages and assets need no token and hold none.
+        for path in ("/", "/runtime", "/static/app.js", "/static/lib.js"):
+            reply = client.get(path)
+            assert reply.status_code == 200 and info.token not in reply.text and "set-cookie" not in reply.headers
         # Scripts use the token as a bearer credential.
-        scripted = http.post("/v1/list_projects", json={}, headers={"authorization": f"Bearer {info.token}"})
-        assert scripted.status_code == 200
+        scripted = client.post("/v1/list_projects", json={}, headers=token)
+        assert scripted.status_code == 200 and PROJECT in scripted.text
         assert "content-security-policy" in scripted.headers and scripted.headers["cache-control"] == "no-store"
-    with httpx.Client(base_url=info.base_url, follow_redirects=False, timeout=30, cookies=cookie) as browser_like:
         # DNS rebinding: the right secret under a foreign name is still refused.
-        rebound = browser_like.get("/v1/list_projects", headers={"host": f"attacker.example:{info.port}"})
+        rebound = client.get("/v1/list_projects", headers={**token, "host": f"attacker.example:{info.port}"})
         assert rebound.status_code == 403 and rebound.json()["error"]["code"] == "ui_host_not_allowed"
-        # Cross-site: a foreign Origin is refused even with the cookie and the page's CSRF value.
-        csrf = re.search(r'name="memcore-csrf" content="([^"]+)"', browser_like.get("/runtime").text)
-        assert csrf is not None
-        headers = {"origin": "http://attacker.example", "x-memcore-csrf": csrf.group(1)}
-        foreign = browser_like.post("/v1/clear_retrieval_runs", json={"all": True}, headers=headers)
-        assert foreign.status_code == 403 and foreign.json()["error"]["code"] == "ui_origin_not_allowed"
-        other_port = browser_like.post("/v1/list_projects", json={},
-                                       headers={"origin": "http://127.0.0.1:1", "x-memcore-csrf": csrf.group(1)})
-        assert other_port.status_code == 403
-        # Same origin but without the CSRF value (a form post cannot add headers): refused.
-        bare = browser_like.post("/v1/list_projects", json={}, headers={"origin": f"http://{host}"})
-        assert bare.status_code == 403 and bare.json()["error"]["code"] == "ui_csrf_required"
-        ok = browser_like.post("/v1/list_projects", json={},
-                               headers={"origin": f"http://{host}", "x-memcore-csrf": csrf.group(1)})
-        assert ok.status_code == 200 and PROJECT in ok.text
+        # Cross-site: a foreign Origin (another port is another origin) is refused even with the token.
+        for origin in ("http://attacker.example", "http://127.0.0.1:1", f"http://localhost:{info.port}"):
+            foreign = client.post("/v1/clear_retrieval_runs", json={"all": True}, headers={**token, "origin": origin})
+            assert foreign.status_code == 403 and foreign.json()["error"]["code"] == "ui_origin_not_allowed"
+        # What would read files on the user's behalf is not served here at all, token or not.
+        for method, body in (("add_project", {"project_id": "stolen", "sources": [{"path": "/etc"}]}),
+                             ("index_project", {"project_id": PROJECT}),
+                             ("activate_memory", {"project_id": PROJECT, "query": "deploy"})):
+            refused = client.post(f"/v1/{method}", json=body, headers=token)
+            assert refused.status_code == 403 and refused.json()["error"]["code"] == "ui_method_not_allowed"
+    assert "stolen" not in {p.project.project_id for p in ui_daemon.client.list_projects()}
+    # A cookie carries no authority, not even one holding this start's token under the old name.
+    cookies = {f"memcore_ui_{info.port}": info.token, "token": info.token}
+    with httpx.Client(base_url=info.base_url, follow_redirects=False, timeout=30, cookies=cookies) as browser_like:
+        for path in ("/v1/list_projects", "/ui/api/runtime"):
+            assert browser_like.get(path).status_code == 401, path
+        same_origin = browser_like.post("/v1/clear_retrieval_runs", json={"all": True},
+                                        headers={"origin": f"http://{host}"})
+        assert same_origin.status_code == 401 and same_origin.json()["error"]["code"] == "ui_unauthorized"
     # Loopback only, and the token's file is the owner's alone.
     assert info.base_url == f"http://127.0.0.1:{info.port}/"
     assert stat.S_IMODE(os.stat(ui_file(ui_daemon.home)).st_mode) == 0o600
     assert listeners(info.port) == {"0100007F"}  # 127.0.0.1, and no IPv6 listener
+
+
+class Recorder(http.server.BaseHTTPRequestHandler):
+    """Another local server (another user's, or one a page sends the browser to): it records
+    every request it gets and hops the browser from ``localhost`` to ``127.0.0.1``."""
+
+    seen: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.seen.append(f"{self.requestline}\n{self.headers}")
+        port = self.server.server_address[1]
+        if self.path.startswith("/hop"):
+            self.send_response(302)
+            self.send_header("location", f"http://127.0.0.1:{port}/landed")
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return
+        body = (b"<!doctype html><title>elsewhere</title><img src=/pixel.gif>"
+                b"<script>fetch('/probe', {credentials: 'include'})</script>")
+        self.send_response(200 if not self.path.startswith(("/pixel", "/probe")) else 204)
+        if self.path.startswith(("/pixel", "/probe")):
+            body = b""
+        self.send_header("content-type", "text/html")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+def test_another_local_server_the_browser_is_led_to_gets_nothing_usable(
+    session: Any, page: Any, ui_daemon: UiDaemon, console: Console
+) -> None:
+    token = ui_daemon.info.token
+    Recorder.seen = []
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    thread = threading.Thread(target=other.serve_forever, name="other-server", daemon=True)
+    thread.start()
+    try:
+        port = other.server_address[1]
+        # The UI is in use in this tab (its token in sessionStorage), then the tab is led away:
+        # straight to another port, and through a localhost -> 127.0.0.1 hop.
+        page.goto(ui_daemon.url("/evaluation"))
+        expect(page.get_by_role("heading", name="Evaluation", level=1)).to_be_visible()
+        for address in (f"http://127.0.0.1:{port}/", f"http://localhost:{port}/hop"):
+            page.goto(address)
+            page.wait_for_load_state("networkidle")
+            assert page.evaluate("sessionStorage.getItem('memcore-ui-token')") is None  # not this origin's
+            assert token not in page.evaluate("document.cookie")
+        assert page.url == f"http://127.0.0.1:{port}/landed"
+    finally:
+        other.shutdown()
+        other.server_close()
+        thread.join(10)
+    assert len(Recorder.seen) >= 6, Recorder.seen  # pages, pixels and probes from both visits
+    assert any("/landed" in r for r in Recorder.seen)
+    for request in Recorder.seen:
+        assert token not in request, request  # no cookie, header or address carried it
+    assert all(token not in c["value"] for c in session.cookies()) and session.cookies() == []
+    # Back on the UI, the tab still holds its token and the page works.
+    page.goto(ui_daemon.url("/runtime"))
+    expect(page.locator("main")).to_contain_text(str(ui_daemon.proc.pid))
+
+
+def test_a_browser_with_cookies_alone_gets_nothing(browser: Any, ui_daemon: UiDaemon, console: Console) -> None:
+    """A tab that never saw the launch address, with the token planted as a cookie for the UI's
+    host (what the old UI set): the page loads but every call is refused."""
+    console.allow(r"status of 401")  # Chromium logs each refused fetch
+    context = browser.new_context(viewport=WIDE)
+    try:
+        context.add_cookies([{"name": f"memcore_ui_{ui_daemon.info.port}", "value": ui_daemon.info.token,
+                              "url": ui_daemon.url("/")}])
+        fresh = console.watch(context.new_page())
+        replies: list[tuple[str, int]] = []
+        fresh.on("response", lambda r: replies.append((r.url, r.status)) if "/v1/" in r.url or "/ui/api/" in r.url
+                 else None)
+        fresh.goto(ui_daemon.url("/runtime"))
+        alert = fresh.locator("main [role=alert]")
+        expect(alert).to_contain_text("ui_unauthorized")
+        expect(alert).to_contain_text("memcore ui")
+        assert replies and all(status == 401 for _, status in replies), replies
+    finally:
+        context.close()
+    assert not [e for e in console.unexpected() if "401" not in e]
 
 
 def listeners(port: int) -> set[str]:
@@ -425,8 +518,9 @@ def test_memcore_ui_prints_the_launch_address(ui_daemon: UiDaemon) -> None:
     done = subprocess.run([sys.executable, "-m", "memory_core", "--home", str(ui_daemon.home), "ui", "--no-open"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == ui_daemon.info.url
-    with httpx.Client(follow_redirects=False, timeout=30) as http:
-        reply = http.get(done.stdout.strip())
-        assert reply.status_code == 303 and reply.headers["location"] == "/"
-        assert "HttpOnly" in reply.headers["set-cookie"] and "SameSite=Strict" in reply.headers["set-cookie"]
+    address = done.stdout.strip()
+    assert address == ui_daemon.info.url == ui_daemon.launch("/")  # the token only in the fragment
+    with httpx.Client(follow_redirects=False, timeout=30) as http_client:
+        reply = http_client.get(address)  # what a browser fetches: the page, without the fragment
+        assert reply.status_code == 200 and "set-cookie" not in reply.headers
+        assert ui_daemon.info.token not in reply.text

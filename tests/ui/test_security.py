@@ -27,7 +27,7 @@ from memory_core.entrypoints.daemon.app import create_app
 from memory_core.entrypoints.daemon.dispatch import Context
 from memory_core.entrypoints.daemon.server import bind_ui_socket
 from memory_core.entrypoints.ui import launch
-from memory_core.entrypoints.ui.app import STATIC, by_listener, create_ui_app
+from memory_core.entrypoints.ui.app import STATIC, UI_METHODS, by_listener, content_disposition, create_ui_app
 from memory_core.entrypoints.ui.security import CSP, Secrets
 from memory_core.errors import InvalidRequest
 from memory_core.fixture import dump
@@ -65,57 +65,75 @@ def http(context: Context, ui: Secrets) -> Iterator[TestClient]:
         yield client
 
 
+def bearer(ui: Secrets) -> dict[str, str]:
+    return {"authorization": f"Bearer {ui.token}"}
+
+
 def signed_in(http: TestClient, ui: Secrets) -> TestClient:
-    http.cookies.set(ui.cookie_name, ui.token)
+    """What the page does: the token as a header on every call (never a cookie)."""
+    http.headers.update(bearer(ui))
     return http
 
 
-def same_origin(ui: Secrets) -> dict[str, str]:
-    return {"origin": ORIGIN, "x-memcore-csrf": ui.csrf}
+# -- the token: a header, never a cookie ------------------------------------------------------------
+def test_the_launch_address_carries_the_token_in_its_fragment(http: TestClient, ui: Secrets) -> None:
+    assert ui.launch_url == f"http://127.0.0.1:{PORT}/#token={ui.token}"  # a fragment never reaches a server
+    page = http.get("/")
+    assert page.status_code == 200 and "set-cookie" not in page.headers
 
 
-# -- the token and the cookie -------------------------------------------------------------------
-def test_the_launch_token_becomes_an_httponly_strict_cookie_and_a_clean_address(http: TestClient, ui: Secrets) -> None:
-    reply = http.get(f"/retrieval?project=proj&token={ui.token}&status=failed")
-    assert reply.status_code == 303
-    assert reply.headers["location"] == "/retrieval?project=proj&status=failed"
-    cookie = reply.headers["set-cookie"]
-    assert cookie.startswith(f"memcore_ui_{PORT}={ui.token};")
-    assert {"HttpOnly", "SameSite=Strict", "Path=/"} <= {part.strip() for part in cookie.split(";")}
-    assert ui.launch_url == f"http://127.0.0.1:{PORT}/?token={ui.token}"
-
-
-def test_a_wrong_or_missing_token_is_refused_everywhere(http: TestClient, ui: Secrets) -> None:
-    assert http.get("/?token=nope").status_code == 401
-    for path in ("/", "/runtime", "/evaluation/cases/x", "/static/app.js", "/ui/api/runtime", "/ui/api/export",
-                 "/v1/list_projects", "/v1/openapi.json", "/no/such/page"):
+def test_pages_and_assets_are_served_without_the_token_and_carry_no_secret(http: TestClient, ui: Secrets) -> None:
+    for path in ("/", "/runtime", "/evaluation/cases/x", "/retrieval/runs/r", "/static/app.js", "/static/lib.js",
+                 "/static/app.css", "/static/favicon.svg"):
         reply = http.get(path)
-        assert reply.status_code == 401, path
-    api_reply = http.get("/v1/list_projects")
-    assert api_reply.json()["error"]["code"] == "ui_unauthorized"
-    page = http.get("/runtime")
-    assert page.headers["content-type"].startswith("text/html") and "memcore ui" in page.text
-    # A cookie for another daemon's port, or with another start's token, is not this one's.
-    http.cookies.set(f"memcore_ui_{PORT + 1}", ui.token)
-    http.cookies.set(ui.cookie_name, Secrets.fresh(PORT).token)
-    assert http.get("/v1/list_projects").status_code == 401
+        assert reply.status_code == 200, path
+        assert ui.token not in reply.text and "set-cookie" not in reply.headers, path
+    assert http.get("/static/../app.py").status_code == 404  # never a file outside static/
+    assert http.get("/no/such/page").status_code == 404
 
 
-def test_the_cookie_or_the_bearer_token_opens_reads(http: TestClient, ui: Secrets) -> None:
-    assert http.get("/v1/list_projects", headers={"authorization": f"Bearer {ui.token}"}).status_code == 200
+def test_an_api_call_without_the_header_is_refused(http: TestClient, ui: Secrets) -> None:
+    for path in ("/ui/api/runtime", "/ui/api/export", "/v1/list_projects", "/v1/openapi.json", "/v1", "/ui/api"):
+        reply = http.get(path)
+        assert reply.status_code == 401 and reply.json()["error"]["code"] == "ui_unauthorized", path
+    assert http.post("/v1/list_projects", json={}).status_code == 401
+    wrong = http.get("/v1/list_projects", headers={"authorization": "Bearer not-the-token"})
+    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "ui_token_invalid"
+    assert http.get("/v1/list_projects", headers={"authorization": f"Basic {ui.token}"}).status_code == 401
+    assert http.get("/v1/list_projects", headers={"authorization": f"Bearer {Secrets.fresh(PORT).token}"}
+                    ).status_code == 401  # another start's token
+
+
+def test_a_cookie_never_authorizes_not_even_with_the_token(http: TestClient, ui: Secrets) -> None:
+    """Browsers send 127.0.0.1's cookies to every port: a cookie must carry no authority."""
+    for name in (f"memcore_ui_{PORT}", "token", "memcore_ui_token", "session"):
+        http.cookies.set(name, ui.token)
+    for path in ("/v1/list_projects", "/ui/api/runtime", "/ui/api/export"):
+        reply = http.get(path)
+        assert reply.status_code == 401 and reply.json()["error"]["code"] == "ui_unauthorized", path
+    origin = {"origin": ORIGIN}
+    assert http.post("/v1/clear_retrieval_runs", json={"all": True}, headers=origin).status_code == 401
+
+
+def test_the_token_in_a_query_string_never_authorizes(http: TestClient, ui: Secrets) -> None:
+    assert http.get(f"/v1/list_projects?token={ui.token}").status_code == 401
+    assert http.get(f"/ui/api/runtime?token={ui.token}").status_code == 401
+    page = http.get(f"/runtime?token={ui.token}")  # the page reads it itself; the server sets nothing
+    assert page.status_code == 200 and "set-cookie" not in page.headers
+
+
+def test_the_bearer_token_opens_the_api(http: TestClient, ui: Secrets) -> None:
     signed_in(http, ui)
-    page = http.get("/evaluation/cases/anything")
-    assert page.status_code == 200 and f'content="{ui.csrf}"' in page.text
-    assert http.get("/static/app.css").status_code == 200
-    assert http.get("/static/../app.py").status_code in (401, 404)  # never a file outside static/
     assert http.get("/v1/list_projects").json()["projects"][0]["project"]["project_id"] == "proj"
+    assert http.get("/ui/api/runtime").status_code == 200
 
 
-# -- Host, Origin and CSRF ------------------------------------------------------------------------
+# -- Host and Origin --------------------------------------------------------------------------------
 @pytest.mark.parametrize("host", [f"127.0.0.1:{PORT}", f"localhost:{PORT}"])
 def test_loopback_names_are_served(http: TestClient, ui: Secrets, host: str) -> None:
     signed_in(http, ui)
     assert http.get("/v1/list_projects", headers={"host": host}).status_code == 200
+    assert http.get("/runtime", headers={"host": host}).status_code == 200
 
 
 @pytest.mark.parametrize("host", ["attacker.example", f"attacker.example:{PORT}", "127.0.0.1", f"127.0.0.1:{PORT + 1}",
@@ -124,38 +142,23 @@ def test_other_host_names_are_refused_dns_rebinding(http: TestClient, ui: Secret
     signed_in(http, ui)
     reply = http.get("/v1/list_projects", headers={"host": host})
     assert reply.status_code == 403 and reply.json()["error"]["code"] == "ui_host_not_allowed"
+    page = http.get("/runtime", headers={"host": host})  # the pages too
+    assert page.status_code == 403 and "ui_host_not_allowed" in page.text
 
 
-def test_state_changing_requests_need_our_origin_and_the_csrf_value(http: TestClient, ui: Secrets) -> None:
+def test_a_foreign_origin_is_refused_even_with_the_token(http: TestClient, ui: Secrets) -> None:
     signed_in(http, ui)
     body = {"project_id": "proj"}
-    assert http.post("/v1/clear_retrieval_runs", json=body).json()["error"]["code"] == "ui_origin_required"
-    no_csrf = http.post("/v1/clear_retrieval_runs", json=body, headers={"origin": ORIGIN})
-    assert no_csrf.status_code == 403 and no_csrf.json()["error"]["code"] == "ui_csrf_required"
-    wrong = http.post("/v1/clear_retrieval_runs", json=body, headers={"origin": ORIGIN, "x-memcore-csrf": ui.token})
-    assert wrong.status_code == 403
-    for origin in ("http://attacker.example", f"http://localhost:{PORT}", f"https://127.0.0.1:{PORT}", "null"):
-        headers = {"origin": origin, "x-memcore-csrf": ui.csrf}
-        foreign = http.post("/v1/clear_retrieval_runs", json=body, headers=headers)
+    for origin in ("http://attacker.example", f"http://localhost:{PORT}", f"https://127.0.0.1:{PORT}", "null",
+                   "http://127.0.0.1:1"):
+        foreign = http.post("/v1/clear_retrieval_runs", json=body, headers={"origin": origin})
         assert foreign.status_code == 403 and foreign.json()["error"]["code"] == "ui_origin_not_allowed", origin
-    # Reads carrying a foreign Origin (a cross-site fetch) are refused too.
     assert http.get("/ui/api/runtime", headers={"origin": "http://attacker.example"}).status_code == 403
-    ok = http.post("/v1/clear_retrieval_runs", json=body, headers=same_origin(ui))
+    assert http.get("/runtime", headers={"origin": "http://attacker.example"}).status_code == 403
+    # The page's own calls (same origin, the header) and a script's (no Origin) change state.
+    ok = http.post("/v1/clear_retrieval_runs", json=body, headers={"origin": ORIGIN})
     assert ok.status_code == 200 and ok.json()["deleted_runs"] == 1
-
-
-def test_a_bearer_token_may_change_state_without_an_origin_but_not_from_a_foreign_one(
-    http: TestClient, ui: Secrets
-) -> None:
-    bearer = {"authorization": f"Bearer {ui.token}"}
-    assert http.post("/v1/clear_retrieval_runs", json={"all": True}, headers=bearer).status_code == 200
-    foreign = {**bearer, "origin": "http://attacker.example"}
-    assert http.post("/v1/clear_retrieval_runs", json={"all": True}, headers=foreign).status_code == 403
-
-
-def test_the_token_in_a_query_string_never_authorizes_an_api_call(http: TestClient, ui: Secrets) -> None:
-    assert http.get(f"/v1/list_projects?token={ui.token}").status_code == 401
-    assert http.post(f"/?token={ui.token}", headers=same_origin(ui)).status_code == 401
+    assert http.post("/v1/clear_retrieval_runs", json={"all": True}).status_code == 200
 
 
 def test_websockets_are_refused(http: TestClient, ui: Secrets) -> None:
@@ -167,10 +170,10 @@ def test_websockets_are_refused(http: TestClient, ui: Secrets) -> None:
 
 
 def test_every_answer_carries_the_security_headers(http: TestClient, ui: Secrets) -> None:
-    refused = http.get("/runtime")
+    refused = http.get("/v1/list_projects")
     signed_in(http, ui)
     for reply in (refused, http.get("/runtime"), http.get("/static/app.js"), http.get("/v1/list_projects"),
-                  http.post("/v1/no_such_method", json={}, headers=same_origin(ui))):
+                  http.post("/v1/add_project", json={}), http.get("/ui/api/export?project_id=nope")):
         assert reply.headers["content-security-policy"] == CSP
         assert reply.headers["x-content-type-options"] == "nosniff"
         assert reply.headers["referrer-policy"] == "no-referrer"
@@ -178,13 +181,47 @@ def test_every_answer_carries_the_security_headers(http: TestClient, ui: Secrets
         assert reply.headers["cache-control"] == "no-store"
 
 
-# -- what the UI answers ----------------------------------------------------------------------------
+# -- what the UI port serves of the dispatch table --------------------------------------------------
 def test_the_ui_calls_the_same_dispatch_table(http: TestClient, ui: Secrets, context: Context) -> None:
     signed_in(http, ui)
-    page = http.post("/v1/list_retrieval_runs", json={"project_id": "proj"}, headers=same_origin(ui)).json()
+    page = http.post("/v1/list_retrieval_runs", json={"project_id": "proj"}).json()
     assert [r["run_id"] for r in page["runs"]] == [r.run_id for r in context.engine.list_runs().runs]
-    unknown = http.post("/v1/no_such_method", json={}, headers=same_origin(ui))
-    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "unknown_method"
+
+
+def page_methods() -> set[str]:
+    """The dispatch methods the page's scripts call (``call("…")`` and ``callText("…")``)."""
+    found: set[str] = set()
+    for path in STATIC.glob("*.js"):
+        found |= set(re.findall(r"\bcall(?:Text)?\(\s*\"([a-z_]+)\"", path.read_text(encoding="utf-8")))
+    return found
+
+
+def test_the_ui_port_serves_exactly_the_methods_the_page_calls() -> None:
+    from memory_core.entrypoints.daemon import dispatch
+
+    assert page_methods() == UI_METHODS
+    assert UI_METHODS.issubset(dispatch.TABLE)
+    # What reads files or changes sources is the Unix socket's alone.
+    assert not UI_METHODS & {"add_project", "remove_project", "index_project", "activate_memory"}
+
+
+@pytest.mark.parametrize("method", ["add_project", "index_project", "activate_memory", "remove_project",
+                                    "show_project", "export_evaluation_set", "openapi.json", "no_such_method", ""])
+def test_methods_the_page_does_not_use_are_refused_on_the_ui_port(
+    http: TestClient, ui: Secrets, context: Context, tmp_path: Path, method: str
+) -> None:
+    signed_in(http, ui)
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "key.md").write_text("# private\n")
+    bodies = {"add_project": {"project_id": "stolen", "sources": [{"path": str(secret)}]},
+              "index_project": {"project_id": "proj"}, "remove_project": {"project_id": "proj"},
+              "activate_memory": {"project_id": "proj", "query": "roll back"}, "show_project": {"project_id": "proj"}}
+    runs = len(context.engine.list_runs().runs)
+    for reply in (http.post(f"/v1/{method}", json=bodies.get(method, {})), http.get(f"/v1/{method}")):
+        assert reply.status_code == 403 and reply.json()["error"]["code"] == "ui_method_not_allowed", method
+    assert [p.project.project_id for p in context.engine.list_projects()] == ["proj"]  # nothing added or removed
+    assert len(context.engine.list_runs().runs) == runs  # nothing activated
 
 
 def test_runtime_view(http: TestClient, ui: Secrets, context: Context) -> None:
@@ -217,13 +254,58 @@ def test_export_downloads_the_canonical_fixture(http: TestClient, ui: Secrets, c
     signed_in(http, ui)
     reply = http.get("/ui/api/export?project_id=proj")
     assert reply.status_code == 200
-    assert re.fullmatch(r'attachment; filename="evaluation-set-proj-\d{8}T\d{6}Z\.json"',
-                        reply.headers["content-disposition"])
+    assert re.fullmatch(r'attachment; filename="(evaluation-set-proj-\d{8}T\d{6}Z\.json)"; '
+                        r"filename\*=UTF-8''\1", reply.headers["content-disposition"])
     assert reply.content == dump(reply.json())  # canonical JSON and a newline, as `memcore eval export` writes
     document, expected = reply.json(), json.loads(context.engine.export_evaluation_set(project_id="proj"))
     document.pop("exported_at"), expected.pop("exported_at")
     assert document == expected
+    context.engine.add_project("other", [Source("/proj")])
     assert http.get("/ui/api/export?project_id=other").json()["cases"] == []  # scoped to the project
+    everything = http.get("/ui/api/export")
+    assert everything.status_code == 200 and len(everything.json()["cases"]) == 1
+    assert re.fullmatch(r'attachment; filename="evaluation-set-\d{8}T\d{6}Z\.json"; filename\*=.*',
+                        everything.headers["content-disposition"])
+
+
+@pytest.mark.parametrize("project_id", ['a";filename=evil.exe', "a\r\nset-cookie: x=1", "Proj", "caf\u00e9",
+                                        "\u6f22\u5b57", "\u202egpj.exe", "a/../b", "x" * 64, "-a"])
+def test_export_refuses_a_project_id_that_is_not_one(http: TestClient, ui: Secrets, project_id: str) -> None:
+    signed_in(http, ui)
+    reply = http.get("/ui/api/export", params={"project_id": project_id})
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["code"] == "invalid_project_name"  # the envelope, never a plain-text 500
+    assert "content-disposition" not in reply.headers
+
+
+def test_export_of_an_unknown_project_is_404_and_a_removed_ones_cases_still_export(
+    http: TestClient, ui: Secrets, context: Context
+) -> None:
+    signed_in(http, ui)
+    unknown = http.get("/ui/api/export?project_id=nope")
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "project_not_found"
+    assert "content-disposition" not in unknown.headers
+    context.engine.create_evaluation_case(context.engine.list_runs().runs[0].run_id)
+    context.engine.remove_project("proj")  # its cases (and their pinned Runs) stay
+    kept = http.get("/ui/api/export?project_id=proj")
+    assert kept.status_code == 200 and len(kept.json()["cases"]) == 1
+
+
+@pytest.mark.parametrize("name", ["evaluation-set-proj.json", 'a";filename=evil.exe', "caf\u00e9 \u6f22.json",
+                                  "back\\slash%20.json", "line\r\nbreak"])
+def test_content_disposition_has_one_filename_and_its_exact_name(name: str) -> None:
+    from urllib.parse import unquote
+
+    header = content_disposition(name)
+    assert header.isascii() and "\r" not in header and "\n" not in header  # a header Starlette can send
+    # RFC 6266's grammar: a type, then `; token=(token | quoted-string)` parameters, nothing else.
+    param = r';\s*([!#$%&\'*+.^_`|~0-9A-Za-z-]+)=("(?:[^"\\]|\\.)*"|[!#$%&\'*+.^_`|~0-9A-Za-z-]+)'
+    assert re.fullmatch(rf"attachment(?:{param})*", header), header
+    found = re.findall(param, header)
+    assert [key for key, _ in found] == ["filename", "filename*"]  # nothing the name could add
+    params = dict(found)
+    assert params["filename"].strip('"').isascii()
+    assert params["filename*"].startswith("UTF-8''") and unquote(params["filename*"][7:]) == name
 
 
 def test_static_assets_reach_no_other_host() -> None:

@@ -3,7 +3,7 @@
 
 import { groupedBars, hbars, intervals } from "./charts.js";
 import {
-  ApiError, call, callText, clear, fill, errorBox, fmtMs, fmtNum, fmtTime, h, link, say, table,
+  ApiError, call, callText, clear, download, fill, errorBox, fmtMs, fmtNum, fmtTime, h, link, say, table,
 } from "./lib.js";
 
 const go = (href) => window.memcoreNavigate(href);
@@ -164,13 +164,15 @@ export async function evaluationPage(main) {
   }
   drawReport();
 
-  // A plain download of the daemon's canonical fixture bytes (the file `memcore eval export` writes).
-  const exportButton = h("button", { type: "button", id: "export", disabled: !cases.length, onclick: () => {
-    const a = h("a", { href: `/ui/api/export${project ? `?project_id=${encodeURIComponent(project)}` : ""}`, download: "", class: "hidden" });
-    document.body.append(a);
-    a.click();
-    a.remove();
+  // A download of the daemon's canonical fixture bytes (the file `memcore eval export` writes).
+  const exportButton = h("button", { type: "button", id: "export", disabled: !cases.length, onclick: async () => {
     say(`Exporting ${cases.length} case(s)…`);
+    try {
+      await download(`/ui/api/export${project ? `?project_id=${encodeURIComponent(project)}` : ""}`);
+      say(`Exported ${cases.length} case(s).`);
+    } catch (error) {
+      say(`Export failed: ${error.message}`, "error");
+    }
   } }, "Export fixture");
 
   const fileInput = h("input", { type: "file", id: "import-file", accept: "application/json,.json", class: "visually-hidden" });

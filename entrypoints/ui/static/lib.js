@@ -1,7 +1,38 @@
 // Shared helpers: the API client, a tiny DOM builder (text only: no HTML strings anywhere),
 // formatting, notices and the confirmation dialog.
 
-const CSRF = document.querySelector('meta[name="memcore-csrf"]').content;
+// This start's token. `memcore ui` opens the page with it in the fragment (#token=…), which no
+// browser sends to any server; it is kept in this origin's sessionStorage (other ports and
+// sites cannot read it; a reload keeps it) and leaves the address bar and the history at once.
+// It goes out only as the Authorization header of this page's own API calls: never a cookie,
+// which the browser would send to every port of 127.0.0.1.
+const TOKEN_KEY = "memcore-ui-token";
+
+function takeToken() {
+  const url = new URL(location.href);
+  const fragment = new URLSearchParams(url.hash.slice(1));
+  const offered = fragment.get("token") || url.searchParams.get("token");
+  if (offered) {
+    sessionStorage.setItem(TOKEN_KEY, offered);
+    fragment.delete("token");
+    url.searchParams.delete("token");
+    url.hash = fragment.toString();
+    history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+  }
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+const TOKEN = takeToken();
+
+function authorized(headers = {}) {
+  return TOKEN ? { ...headers, authorization: `Bearer ${TOKEN}` } : headers;
+}
+
+/** fetch() for this page's own API: the token as a header, no cookies, no redirects followed
+ * (a redirect would be the only way for the header to travel anywhere else). */
+function fetchApi(path, init = {}) {
+  return fetch(path, { ...init, headers: authorized(init.headers), credentials: "omit", redirect: "error" });
+}
 
 export class ApiError extends Error {
   constructor(status, code, message, details) {
@@ -27,12 +58,7 @@ async function decode(reply) {
 }
 
 function post(method, bodyText) {
-  return fetch(`/v1/${method}`, {
-    method: "POST",
-    headers: { "content-type": "application/json", "x-memcore-csrf": CSRF },
-    body: bodyText,
-    credentials: "same-origin",
-  });
+  return fetchApi(`/v1/${method}`, { method: "POST", headers: { "content-type": "application/json" }, body: bodyText });
 }
 
 /** POST /v1/<method>: the daemon's dispatch table, as every other client calls it. */
@@ -50,7 +76,38 @@ export async function callText(method, bodyText) {
 
 /** GET a UI-only view (``/ui/api/...``). */
 export async function view(path) {
-  return decode(await fetch(path, { credentials: "same-origin" }));
+  return decode(await fetchApi(path));
+}
+
+/** GET a UI-only file (``/ui/api/...``) and save it as the server names it: the bytes as sent
+ * (a Blob, no JSON round trip). A plain link cannot carry the header, so the download is made
+ * from the Blob here. */
+export async function download(path) {
+  const reply = await fetchApi(path);
+  if (!reply.ok) return decode(reply); // throws the ApiError
+  const blob = await reply.blob();
+  const href = URL.createObjectURL(blob);
+  const a = h("a", { href, download: attachmentName(reply.headers.get("content-disposition")), class: "hidden" });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(href), 60_000);
+  return blob;
+}
+
+/** The file name of a Content-Disposition header: RFC 5987's filename* first, then filename. */
+export function attachmentName(header) {
+  if (!header) return "";
+  const extended = /filename\*=UTF-8''([^;\s]+)/i.exec(header);
+  if (extended) {
+    try {
+      return decodeURIComponent(extended[1]);
+    } catch {
+      // a malformed escape: fall back to the plain name
+    }
+  }
+  const plain = /filename="([^"]*)"/i.exec(header);
+  return plain ? plain[1] : "";
 }
 
 // -- DOM -----------------------------------------------------------------------------------
