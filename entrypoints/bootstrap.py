@@ -90,14 +90,23 @@ def bootstrap(
         from memory_core.adapters.filesystem_sources import FileSystemScanner
 
         scanner = FileSystemScanner(hash_cache=catalog)
+        if live_memory is None:
+            from memory_core.adapters.live_memory import FileSystemLiveMemory
+
+            # Real directories: a stat walk proves most reads unchanged without a scan.
+            live_memory = FileSystemLiveMemory(scanner)
     if blobs is None:
         from memory_core.adapters.blob_store import FileBlobStore
 
         blobs = FileBlobStore(layout.blobs_dir)
     if generations is None:
         from memory_core.adapters.generation_store import FileGenerationStore
+        from memory_core.adapters.sqlite.catalog import SqliteCatalog, StorageLocations
 
-        generations = FileGenerationStore(layout.projects_dir)
+        # Where each project's Local Storage is, as the catalog records it (project storage
+        # move); on a connection of its own, since the daemon's re-index worker asks too.
+        locate = StorageLocations.beside(catalog) if isinstance(catalog, SqliteCatalog) else catalog.storage_location
+        generations = FileGenerationStore(layout.projects_dir, locate=locate)
     if embedder is None:
         from memory_core.adapters.minilm import MiniLMEmbedder
 

@@ -378,7 +378,7 @@ class Engine:
         selected = [c for c in candidates if c.disposition == SELECTED]
         fragments = tuple(Fragment.from_candidate(c, opened.uris.get(c.unit.resource_id, "")) for c in selected)
         clock.begin("live_memory")
-        live, freshness = self._live(project, opened, fragments, keep_blobs=run_id is not None)
+        live, freshness = self._live(project, opened, fragments, keep_blobs=bool(run_id))  # NullRecorder: ""
         clock.end()
         revisions = self.revisions(generation)
         clock.total()
@@ -543,9 +543,16 @@ class Engine:
         return self.evaluations().report(project_id, case_ids)
 
     def export_evaluation_set(
-        self, *, project_id: str | None = None, case_ids: Sequence[str] | None = None, with_history: bool = False
+        self,
+        *,
+        project_id: str | None = None,
+        case_ids: Sequence[str] | None = None,
+        with_history: bool = False,
+        with_uris: bool = False,
     ) -> bytes:
-        return self.evaluations().export_fixture(project_id=project_id, case_ids=case_ids, with_history=with_history)
+        return self.evaluations().export_fixture(
+            project_id=project_id, case_ids=case_ids, with_history=with_history, with_uris=with_uris
+        )
 
     def import_evaluation_set(self, data: bytes | str | Mapping[str, Any]) -> ImportResult:
         return self.evaluations().import_fixture(data)
