@@ -101,12 +101,8 @@ def bootstrap(
         blobs = FileBlobStore(layout.blobs_dir)
     if generations is None:
         from memory_core.adapters.generation_store import FileGenerationStore
-        from memory_core.adapters.sqlite.catalog import SqliteCatalog, StorageLocations
 
-        # Where each project's Local Storage is, as the catalog records it (project storage
-        # move); on a connection of its own, since the daemon's re-index worker asks too.
-        locate = StorageLocations.beside(catalog) if isinstance(catalog, SqliteCatalog) else catalog.storage_location
-        generations = FileGenerationStore(layout.projects_dir, locate=locate)
+        generations = FileGenerationStore(layout.projects_dir)
     if embedder is None:
         from memory_core.adapters.minilm import MiniLMEmbedder
 
