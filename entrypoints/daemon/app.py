@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from memory_core.entrypoints.wire_input import decode_json, encodable
 from memory_core.errors import InvalidRequest, MemoryCoreError
 
 from . import api, dispatch
@@ -39,14 +40,12 @@ def json_response(value: Any, status: int = 200, headers: dict[str, str] | None 
 
 
 def error_response(exc: MemoryCoreError) -> Response:
+    """The envelope of ``exc``; messages and details may echo what the caller sent, so every
+    string is made encodable here, the one place every error answer passes."""
     headers = {"Allow": "POST"} if exc.code == "method_not_allowed" else None
     error = api.ErrorEnvelope.of(exc).error
-    body = {"error": {"code": error.code, "message": error.message, "details": error.details}}
+    body = encodable({"error": {"code": error.code, "message": error.message, "details": error.details}})
     return json_response(body, api.status_for(exc.code), headers)
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
 
 
 async def read_json(request: Request, limit: int) -> Any:
@@ -71,10 +70,7 @@ async def read_json(request: Request, limit: int) -> Any:
 
 
 def _parse(body: bytes) -> Any:
-    try:
-        return json.loads(body, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise api.InvalidJson(f"request body is not valid JSON: {exc}") from None
+    return decode_json(body)  # the boundary decoder every transport shares
 
 
 def create_app(context: dispatch.Context, *, max_body_bytes: int = api.MAX_BODY_BYTES) -> Starlette:
