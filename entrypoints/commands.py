@@ -14,6 +14,7 @@ from memory_core.engine import Engine, Freshness
 from memory_core.entrypoints import render, wire
 from memory_core.entrypoints.bootstrap import bootstrap
 from memory_core.entrypoints.cli import _emit_json, _parse_source
+from memory_core.entrypoints.wire_input import decode_json
 from memory_core.errors import InvalidActivationState, InvalidRequest
 from memory_core.indexing import Progress
 from memory_core.model import Layer
@@ -116,9 +117,10 @@ def load_state(path: str | None) -> Any:
     if path is None:
         return None
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidActivationState(f"cannot read activation state from {path!r}: {exc}") from exc
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidActivationState(f"cannot read activation state from {path!r}: {exc.strerror or exc}") from exc
+    return decode_json(data, what=f"activation state file {path!r}")  # the daemon's and MCP's decoder
 
 
 def activate(engine: Engine, args: argparse.Namespace) -> int:

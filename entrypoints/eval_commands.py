@@ -13,6 +13,7 @@ from rich.table import Table
 from memory_core.engine import Engine
 from memory_core.entrypoints import render
 from memory_core.entrypoints.cli import _emit_json
+from memory_core.entrypoints.wire_input import decode_json
 from memory_core.errors import InvalidRequest
 
 
@@ -72,6 +73,14 @@ def _read(path: str) -> bytes:
         return sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except OSError as exc:
         raise InvalidRequest(f"cannot read {path!r}: {exc.strerror or exc}", path=path) from exc
+
+
+def _read_json(path: str, what: str, *, document: bool = False) -> Any:
+    """A JSON file (``-``: stdin) through the boundary decoder the daemon and MCP use."""
+    value = decode_json(_read(path), what=f"{what} {path!r}")
+    if document and not isinstance(value, dict):
+        raise InvalidRequest(f"{what} {path!r} must be a JSON object", path=path)
+    return value
 
 
 def _workspace(engine: Engine, home: Path) -> Any:
@@ -143,7 +152,8 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
         detail = service.show_case(args.case_id)
         _emit_json(detail.to_dict()) if args.json else out.print_json(json.dumps(detail.to_dict()))
     elif action == "judge":
-        judged = engine.replace_evaluation_judgments(args.case_id, args.expected_version, json.loads(_read(args.file)))
+        judgments = _read_json(args.file, "judgment file")
+        judged = engine.replace_evaluation_judgments(args.case_id, args.expected_version, judgments)
         if args.json:
             _emit_json(judged.to_dict())
         else:
@@ -168,7 +178,7 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
             Path(args.out).write_bytes(data)
             out.print(f"wrote {args.out} ({len(data):,} bytes)")
     elif action == "import":
-        result = engine.import_evaluation_set(_read(args.file))
+        result = engine.import_evaluation_set(_read_json(args.file, "fixture", document=True))
         _emit_json(result.to_dict()) if args.json else out.print(result.to_dict())
     elif action == "import-beir":
         from memory_core.beir import import_beir
@@ -186,8 +196,10 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
         from memory_core.fixture import evaluation_set, load_fixture
         from memory_core.replay import baseline_from_report, replay
 
-        cases = load_fixture(_read(args.fixture)) if args.fixture else evaluation_set(service)
-        baseline = baseline_from_report(json.loads(_read(args.baseline))) if args.baseline else None
+        fixture = _read_json(args.fixture, "fixture", document=True) if args.fixture else None
+        cases = load_fixture(fixture) if fixture is not None else evaluation_set(service)
+        report = _read_json(args.baseline, "baseline report", document=True) if args.baseline else None
+        baseline = baseline_from_report(report) if report is not None else None
         result = replay(
             cases,
             _workspace(engine, home),
