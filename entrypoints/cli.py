@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     index = sub.add_parser("index", help="build the project's commit generation (no-op when unchanged)")
     index.add_argument("name")
     index.add_argument("--force", action="store_true", help="rebuild even when nothing changed")
+    index.add_argument("--watch", action="store_true",
+                       help="then keep it current: re-index on every change until Ctrl-C (with a daemon: follow its)")
     index.add_argument("--json", action="store_true")
 
     act = sub.add_parser("activate", help="activate memory for a query, as an agent would")

@@ -82,11 +82,14 @@ def project_list(engine: Engine, args: argparse.Namespace) -> int:
 
 
 def project_show(engine: Engine, args: argparse.Namespace) -> int:
+    from memory_core.entrypoints.watch_commands import show_health
+
     info = engine.show_project(args.name)
     if args.json:
-        _emit_json(wire.project_to_json(info))
+        _emit_json({**wire.project_to_json(info), **(show_health(engine, info, True) or {})})
     else:
         render.console().print(render.projects_table([info]))
+        show_health(engine, info, False)  # watching, last change, last re-index, pending, errors
     return 0
 
 
@@ -110,6 +113,10 @@ def index(engine: Engine, args: argparse.Namespace) -> int:
         _emit_json(wire.index_report_to_json(report))
     else:
         out.print(render.index_summary(report))
+    if args.watch:
+        from memory_core.entrypoints.watch_commands import index_watch
+
+        return index_watch(engine, args)
     return 0
 
 

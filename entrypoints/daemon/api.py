@@ -19,6 +19,7 @@ from cattrs.cols import homogenous_tuple_structure_factory, list_structure_facto
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
 from memory_core.activation_state import ActivationState
+from memory_core.adapters.watcher import HealthError, ProjectHealth, ReindexRecord
 from memory_core.engine import ActivationResponse, Fragment, ProjectInfo
 from memory_core.errors import InvalidRequest, MemoryCoreError
 from memory_core.evaluation import (
@@ -573,6 +574,12 @@ class RuntimeStatus:
     uptime_seconds: float
     engine_busy: bool = attrs.field(metadata={"schema": {"description": "an engine call is running"}})
     in_flight: int = attrs.field(metadata={"schema": {"description": "engine calls running or queued"}})
+    watching: bool = attrs.field(
+        default=False, metadata={"schema": {"description": "the daemon follows its projects' sources"}}
+    )
+    projects: tuple[ProjectHealth, ...] = attrs.field(
+        default=(), metadata={"schema": {"description": "each project's watch and re-index health"}}
+    )
 
 
 @attrs.frozen
@@ -745,6 +752,9 @@ __all__ = [
     "ClearReport",
     "ErrorEnvelope",
     "Fragment",
+    "HealthError",
+    "ProjectHealth",
+    "ReindexRecord",
     "Generation",
     "IndexReport",
     "IndexRevisions",

@@ -34,6 +34,12 @@ SYNC_HISTORY_HELP = (
 )
 
 
+NO_WATCH_HELP = (
+    "do not follow the projects' sources (by default changed projects re-index in the background, "
+    "debounced; see `memcore project show`)"
+)
+
+
 def add_cli_commands(subparsers: Any) -> None:
     """Add ``serve``, ``ui``, ``mcp`` and ``contracts generate`` to the main parser's subparsers."""
     serve = subparsers.add_parser("serve", help="run the daemon for this home on a Unix socket")
@@ -44,6 +50,7 @@ def add_cli_commands(subparsers: Any) -> None:
                        help="Diagnostics UI port on 127.0.0.1 (default: 0, a free port)")
     serve.add_argument("--no-ui", action="store_true", help="do not serve the Diagnostics UI")
     serve.add_argument("--sync-history", action="store_true", help=SYNC_HISTORY_HELP)
+    serve.add_argument("--no-watch", action="store_true", help=NO_WATCH_HELP)
 
     ui = subparsers.add_parser(
         "ui", help="print the Diagnostics page's address (with this daemon start's token) and open it"
@@ -79,7 +86,7 @@ def handle(args: argparse.Namespace) -> int:
         configure_logging(args.log_level)
         return serve(
             args.home, args.socket, warm=not args.no_warm, ui_port=None if args.no_ui else args.ui_port,
-            sync_history=args.sync_history,
+            sync_history=args.sync_history, watch=not args.no_watch,
         )  # fmt: skip
     if args.command == "ui":
         from memory_core.entrypoints.ui.launch import main as ui_main

@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from memory_core.adapters.watcher import Watcher
 from memory_core.engine import ActivationResponse, Engine, ProjectInfo
 from memory_core.errors import (
     BlobCorrupted,
@@ -80,6 +81,8 @@ class Context:
     engine_lock: threading.Lock = attrs.field(factory=threading.Lock)
     in_flight: int = 0
     _gauge: threading.Lock = attrs.field(factory=threading.Lock)
+    # The daemon's source watcher and re-index worker (None: index on the engine, under its lock).
+    watcher: Watcher | None = None
 
     def call(self, method: Method, request: Any) -> Any:
         """Run a handler; blocking, so the app calls it from a worker thread."""
@@ -116,6 +119,8 @@ def runtime_status(ctx: Context, _: api.RuntimeStatusRequest) -> api.RuntimeStat
         uptime_seconds=round(time.monotonic() - ctx.started, 3),
         engine_busy=ctx.engine_lock.locked(),
         in_flight=ctx.in_flight,
+        watching=ctx.watcher is not None and ctx.watcher.watch,
+        projects=tuple(ctx.watcher.health()) if ctx.watcher is not None else (),
     )
 
 
@@ -127,6 +132,8 @@ def add_project(ctx: Context, req: api.AddProjectRequest) -> ProjectInfo:
         if not os.path.isabs(source.path):
             raise InvalidRequest(f"source path {source.path!r} must be absolute", path=source.path)
     project = ctx.engine.add_project(req.project_id, req.sources)
+    if ctx.watcher is not None:
+        ctx.watcher.project_added(project)
     return ctx.engine.show_project(project.project_id)
 
 
@@ -144,7 +151,16 @@ def remove_project(ctx: Context, req: api.RemoveProjectRequest) -> api.ProjectRe
 
 
 def index_project(ctx: Context, req: api.IndexProjectRequest) -> IndexReport:
-    return ctx.engine.index(req.project_id, force=req.force)
+    if ctx.watcher is not None:
+        # On the watcher's worker: never two builds of a project at once, and activations keep
+        # serving the current generation meanwhile (the worker has its own connections).
+        return ctx.watcher.index_now(req.project_id, force=req.force)
+    ctx._count(+1)
+    try:
+        with ctx.engine_lock:
+            return ctx.engine.index(req.project_id, force=req.force)
+    finally:
+        ctx._count(-1)
 
 
 def activate_memory(ctx: Context, req: api.ActivateMemoryRequest) -> ActivationResponse:
@@ -315,8 +331,9 @@ METHODS: tuple[Method, ...] = (
     Method("remove_project", api.RemoveProjectRequest, api.ProjectRemoved, remove_project,
            "Remove a project and its Project Local Storage.", (ProjectNotFound,)),
     Method("index_project", api.IndexProjectRequest, IndexReport, index_project,
-           "Build the project's commit generation (a no-op when nothing changed).",
-           (ProjectNotFound, SourceUnavailable, EmptyProject)),
+           "Build the project's commit generation (a no-op when nothing changed); in the daemon it runs "
+           "beside activations, which serve the current generation until the new one is published.",
+           (ProjectNotFound, SourceUnavailable, EmptyProject), uses_engine=False),
     Method("activate_memory", api.ActivateMemoryRequest, ActivationResponse, activate_memory,
            "Rank the project's memory for a query and return fragments with their delta.",
            (InvalidQuery, InvalidBudget, InvalidActivationState, ProjectNotFound, ProjectNotIndexed,

@@ -11,6 +11,12 @@ lines on stderr.
 The Diagnostics UI (``memory_core.entrypoints.ui``) is a second listener of the same server, on
 127.0.0.1 only (a chosen port or a free one); its address and this start's token go to
 ``<home>/run/ui.json`` (0600), which ``memcore ui`` reads.
+
+The source watcher (``memory_core.adapters.watcher``) follows every project's sources and
+re-indexes changed ones on its own worker, with its own database connections
+(``_background_indexer``), so activations keep serving the current generation meanwhile; the
+engine's live Effective Memory is the watcher's cache (``WatchedMemory``). ``watch=False``
+(``memcore serve --no-watch``) leaves sources unwatched; indexing still runs on that worker.
 """
 
 from __future__ import annotations
@@ -30,11 +36,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from memory_core.engine import Engine
 from memory_core.errors import InvalidRequest, MemoryCoreError, StorageUnavailable
 
 from . import api, paths
-from .cli import SYNC_HISTORY_HELP
+from .cli import NO_WATCH_HELP, SYNC_HISTORY_HELP
 from .dispatch import Context
 
 log = logging.getLogger("memory_core.daemon")
@@ -192,6 +200,85 @@ def _warm(context: Context) -> None:
         log.exception("warm-up failed; the first query will load the model")
 
 
+def _background_indexer(engine: Engine, root: Path) -> tuple[Any, Callable[[], None]]:
+    """The engine's indexer with its own catalog, hash cache and embedding-cache connections, for
+    the watcher's worker thread (an apsw connection refuses two threads at once), and a closer.
+
+    Models, blob store, generation store and Run store are shared: each is safe across threads.
+    An engine of other parts (``engine_factory``) is indexed under the engine lock instead."""
+    from memory_core.adapters.embedding_cache import SqliteEmbeddingCache
+    from memory_core.adapters.filesystem_sources import FileSystemScanner
+    from memory_core.adapters.home import HomeLayout
+    from memory_core.adapters.sqlite.catalog import SqliteCatalog
+    from memory_core.adapters.sqlite.database import open_database
+
+    indexer = engine.indexer
+    if not isinstance(indexer.catalog, SqliteCatalog) or not isinstance(indexer.scanner, FileSystemScanner):
+        return None, lambda: None
+    catalog = SqliteCatalog(open_database(HomeLayout.at(root).db_path))
+    parts: dict[str, Any] = {
+        "catalog": catalog,
+        "manifests": catalog,
+        "scanner": FileSystemScanner(hash_cache=catalog, max_bytes=indexer.scanner.max_bytes),
+    }
+    cache = indexer.embedding_cache
+    if isinstance(cache, SqliteEmbeddingCache):
+        parts["embedding_cache"] = SqliteEmbeddingCache(cache.path)
+
+    def close() -> None:
+        catalog.close()
+        if "embedding_cache" in parts:
+            parts["embedding_cache"].close()
+
+    return attrs.evolve(indexer, **parts), close
+
+
+class _LockedIndexer:
+    """An engine indexed under the daemon's engine lock (an engine of unknown parts)."""
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self.catalog = _LockedCatalog(context)
+
+    def index(self, project_id: str, **kwargs: Any) -> Any:
+        with self.context.engine_lock:
+            return self.context.engine.index(project_id, **kwargs)
+
+
+class _LockedCatalog:
+    def __init__(self, context: Context) -> None:
+        self.context = context
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.context.engine.catalog, name)
+
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            with self.context.engine_lock:
+                return method(*args, **kwargs)
+
+        return locked
+
+
+def start_watcher(context: Context, root: Path, *, watch: bool = True) -> Callable[[], None]:
+    """Start the re-index worker (and, with ``watch``, the source watches) for the context's
+    engine; wire its cache in as the engine's live memory. Returns the function that stops it."""
+    from memory_core.adapters.watcher import WatchedMemory, Watcher
+
+    engine = context.engine
+    indexer, close_indexer = _background_indexer(engine, root)
+    watcher = Watcher(indexer if indexer is not None else _LockedIndexer(context), watch=watch)
+    if watch and engine.live_memory is not None:
+        engine.live_memory = WatchedMemory(watcher, engine.live_memory)
+    context.watcher = watcher
+    watcher.start()
+
+    def stop() -> None:
+        watcher.close()
+        close_indexer()
+
+    return stop
+
+
 def recover_interrupted_runs(engine: Engine) -> int:
     """Fail the Runs a process that is gone left ``running`` (a crash, SIGKILL, power loss)."""
     if engine.history is None:
@@ -221,11 +308,13 @@ def serve(
     warm: bool = True,
     ui_port: int | None = 0,
     sync_history: bool = False,
+    watch: bool = True,
 ) -> int:
     """Run the daemon for ``home`` until SIGTERM/SIGINT; returns the exit status (0).
 
     ``ui_port``: the Diagnostics UI's port on 127.0.0.1 (0: a free one; None: no UI).
-    ``sync_history``: commit each Run's trace before answering (see ``bootstrap``)."""
+    ``sync_history``: commit each Run's trace before answering (see ``bootstrap``).
+    ``watch``: follow every project's sources and re-index changed ones in the background."""
     import uvicorn
 
     from memory_core.adapters.home import prepare_home, resolve_home
@@ -242,6 +331,7 @@ def serve(
     engine: Engine | None = None
     context: Context | None = None
     handlers: dict[int, Any] = {}
+    stop_watcher: Callable[[], None] | None = None
     path = Path(socket_path).absolute() if socket_path else paths.default_socket_path(root)
     try:
         sock = bind_socket(path, private_parent=socket_path is None or not path.parent.exists())
@@ -258,6 +348,7 @@ def serve(
         started_at = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
         context = Context(engine=engine, home=str(root), socket=str(path), started_at=started_at)
         lock.record(paths.DaemonInfo(os.getpid(), str(path), started_at))
+        stop_watcher = start_watcher(context, root, watch=watch)
         if warm:
             threading.Thread(target=_warm, args=(context,), name="warm-up", daemon=True).start()
         app: Any = create_app(context)
@@ -291,6 +382,8 @@ def serve(
         if ui_sock is not None:
             ui_sock.close()
             ui_launch.remove_ui_info(root, os.getpid())
+        if stop_watcher is not None:
+            stop_watcher()  # a re-index in flight is discarded at its next step, or finishes
         if context is not None:
             _drain(context)
         if engine is not None:
@@ -338,6 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Diagnostics UI port on 127.0.0.1 (default: 0, a free port)")
     parser.add_argument("--no-ui", action="store_true", help="do not serve the Diagnostics UI")
     parser.add_argument("--sync-history", action="store_true", help=SYNC_HISTORY_HELP)
+    parser.add_argument("--no-watch", action="store_true", help=NO_WATCH_HELP)
     return parser
 
 
@@ -347,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return serve(
             args.home, args.socket, warm=not args.no_warm, ui_port=None if args.no_ui else args.ui_port,
-            sync_history=args.sync_history,
+            sync_history=args.sync_history, watch=not args.no_watch,
         )  # fmt: skip
     except MemoryCoreError as exc:
         details = f" {json.dumps(exc.details, default=str)}" if exc.details else ""

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,9 @@ START_TIMEOUT_S = 60
 
 
 class Daemon:
-    def __init__(self, home: Path, log: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, home: Path, log: Path, *args: str, env: dict[str, str] | None = None, wrapper: Sequence[str] = ()
+    ) -> None:
         self.home = home
         self.log = log
         self.socket = paths.default_socket_path(home)
@@ -44,7 +46,7 @@ class Daemon:
         environ.update(TMPDIR=str(tmp), PYTHONUNBUFFERED="1", **(env or {}))
         self._stderr = log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memory_core.entrypoints.daemon", "--home", str(home), *args],
+            [*wrapper, sys.executable, "-m", "memory_core.entrypoints.daemon", "--home", str(home), *args],
             cwd=ROOT, env=environ, stdout=subprocess.DEVNULL, stderr=self._stderr,
         )
         self.client = DaemonClient(self.socket, timeout=120)

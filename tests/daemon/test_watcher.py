@@ -1,0 +1,235 @@
+"""The daemon's source watcher, through the real daemon on its real socket, with real files.
+
+Every wait polls with a generous bound and asserts on what the daemon reports (its health, the
+text it serves, its log), never on how long something took.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from memory_core.adapters.watcher import ProjectHealth
+from memory_core.model import Source
+from tests.daemon.test_server import Daemon, memory_folder
+
+T = TypeVar("T")
+WAIT_S = 120.0
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = WAIT_S) -> T:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+def health(daemon: Daemon, project: str) -> ProjectHealth | None:
+    return next((h for h in daemon.client.runtime_status().projects if h.project_id == project), None)
+
+
+def served(daemon: Daemon, project: str, query: str, needle: str) -> bool:
+    response = daemon.client.activate_memory(project, query)
+    return any(needle in (f.text or "") for f in response.fragments)
+
+
+def settled(daemon: Daemon, project: str) -> ProjectHealth | None:
+    """The project's health once no re-index is pending or running."""
+    h = health(daemon, project)
+    return h if h is not None and not h.reindex_pending and not h.indexing else None
+
+
+def editor_save(path: Path, text: str) -> None:
+    """What editors do: write a temp file next to it, then rename it over the original."""
+    temp = path.with_name(f".{path.name}.swp")
+    temp.write_text(text, encoding="utf-8")
+    os.replace(temp, path)
+
+
+def reindex_count(daemon: Daemon, project: str) -> int:
+    return sum(1 for r in daemon.log_records() if r.get("message") == "reindex" and r.get("project") == project)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    base = tmp_path_factory.mktemp("watcher")
+    running = Daemon(base / "home", base / "daemon.log")
+    yield running
+    assert running.stop() == 0
+
+
+def add_indexed(daemon: Daemon, name: str, source: Path) -> None:
+    daemon.client.add_project(name, [Source(str(source))])
+    assert daemon.client.index_project(name).status == "built"
+    wait_for(f"{name} watched", lambda: (h := health(daemon, name)) is not None and h.watching)
+
+
+def test_an_editor_save_is_served_without_memcore_index(daemon: Daemon, tmp_path: Path) -> None:
+    source = memory_folder(tmp_path / "memory")
+    add_indexed(daemon, "edits", source)
+    assert not served(daemon, "edits", "zebracorn rollback", "zebracorn")
+    before = settled(daemon, "edits")
+    assert before is not None and before.healthy and before.state == "watching"
+
+    editor_save(source / "runbooks" / "deploy.md", "# Deploy runbook\n\nRoll back with the zebracorn lever.\n")
+    wait_for("the edit served", lambda: served(daemon, "edits", "zebracorn rollback", "zebracorn"))
+    after = wait_for("the re-index settled", lambda: settled(daemon, "edits"))
+    assert after.last_reindex is not None
+    assert after.last_reindex.trigger == "watch" and after.last_reindex.status == "built"
+    assert after.last_reindex.embedded and after.last_reindex.embedded >= 1
+    assert str(source / "runbooks" / "deploy.md") in after.last_change_paths
+    assert after.last_change_at is not None and after.pending_changes == 0 and after.error is None
+    # The swap file of the save is hidden: never a resource.
+    generation = daemon.client.show_project("edits").generation
+    assert generation is not None and generation.resource_count == 3
+
+
+def test_deletes_moves_and_new_folders_are_followed(daemon: Daemon, tmp_path: Path) -> None:
+    source = memory_folder(tmp_path / "memory")
+    add_indexed(daemon, "moves", source)
+    (source / "notes.txt").unlink()
+    (source / "archive").mkdir()
+    os.rename(source / "decisions.md", source / "archive" / "decisions.md")
+    (source / "new" / "deeper").mkdir(parents=True)
+    (source / "new" / "deeper" / "quokka.md").write_text("# Quokka\n\nThe quokka policy is new.\n", encoding="utf-8")
+
+    wait_for("the new folder's file served", lambda: served(daemon, "moves", "quokka policy", "quokka"))
+    wait_for("settled", lambda: settled(daemon, "moves"))
+    run_id = daemon.client.activate_memory("moves", "advisory locks").run_id
+    assert run_id is not None
+    resources = {c.resource_id for c in daemon.client.get_retrieval_run(run_id).candidates}
+    assert "archive/decisions.md" in resources and "decisions.md" not in resources
+    assert "notes.txt" not in resources
+    generation = daemon.client.show_project("moves").generation
+    assert generation is not None and generation.resource_count == 3  # deploy, archive/decisions, quokka
+
+
+def test_a_burst_of_writes_is_a_few_reindexes(daemon: Daemon, tmp_path: Path) -> None:
+    source = memory_folder(tmp_path / "memory")
+    add_indexed(daemon, "burst", source)
+    before = reindex_count(daemon, "burst")
+    burst = source / "burst"
+    burst.mkdir()
+    for i in range(300):
+        (burst / f"note-{i:04d}.md").write_text(f"# Note {i}\n\nBurst note number {i}.\n", encoding="utf-8")
+    generation = wait_for(
+        "every burst file indexed",
+        lambda: (g := daemon.client.show_project("burst").generation) is not None and g.resource_count == 303 and g,
+        timeout=600,
+    )
+    assert generation
+    wait_for("settled", lambda: settled(daemon, "burst"))
+    reindexes = reindex_count(daemon, "burst") - before
+    assert 1 <= reindexes <= 5, f"{reindexes} re-indexes for one burst of 300 writes"
+
+
+def test_a_vanished_source_is_unhealthy_keeps_serving_and_recovers(daemon: Daemon, tmp_path: Path) -> None:
+    source = memory_folder(tmp_path / "memory")
+    add_indexed(daemon, "vanish", source)
+    away = tmp_path / "moved-away"
+    os.rename(source, away)
+    down = wait_for("unhealthy", lambda: (h := health(daemon, "vanish")) is not None and not h.healthy and h)
+    assert down.state == "source_unavailable" and not down.watching
+    assert down.error is not None and down.error.code == "source_unavailable"
+    assert str(source) in down.error.message
+    # The last generation keeps serving, and nothing was lost.
+    assert served(daemon, "vanish", "advisory locks idempotency", "advisory")
+
+    os.rename(away, source)
+    (source / "back.md").write_text("# Back\n\nThe wombat returned.\n", encoding="utf-8")
+    wait_for("the folder's new file served", lambda: served(daemon, "vanish", "wombat returned", "wombat"))
+    up = wait_for("healthy again", lambda: (h := settled(daemon, "vanish")) is not None and h.healthy and h)
+    assert up.state == "watching" and up.watching and up.error is None
+    assert up.last_error is not None and up.last_error.code == "source_unavailable"  # kept for a person to see
+
+
+def test_a_source_that_is_a_file_is_a_clear_error(daemon: Daemon, tmp_path: Path) -> None:
+    source = tmp_path / "not-a-folder.md"
+    source.write_text("# Not a folder\n", encoding="utf-8")
+    daemon.client.add_project("afile", [Source(str(source))])
+    down = wait_for("unhealthy", lambda: (h := health(daemon, "afile")) is not None and h.error is not None and h)
+    assert down.error is not None and down.error.code == "source_unavailable"
+    assert "not a directory" in down.error.message and not down.watching
+
+
+def test_a_symlink_loop_is_watched_and_scanned_once(daemon: Daemon, tmp_path: Path) -> None:
+    source = memory_folder(tmp_path / "memory")
+    os.symlink(".", source / "loop")
+    os.symlink("../runbooks", source / "runbooks" / "again")
+    add_indexed(daemon, "loops", source)
+    editor_save(source / "notes.txt", "The capybara sits in the loop.\n")
+    wait_for("the edit served", lambda: served(daemon, "loops", "capybara loop", "capybara"))
+    h = wait_for("settled", lambda: settled(daemon, "loops"))
+    assert h.healthy and h.watching
+    generation = daemon.client.show_project("loops").generation
+    assert generation is not None and generation.resource_count == 3
+
+
+def test_removing_a_project_stops_its_watch_and_adding_starts_one(daemon: Daemon, tmp_path: Path) -> None:
+    source = memory_folder(tmp_path / "memory")
+    add_indexed(daemon, "comes-and-goes", source)
+    daemon.client.remove_project("comes-and-goes")
+    assert health(daemon, "comes-and-goes") is None
+    (source / "after.md").write_text("# After\n\nWritten after the removal.\n", encoding="utf-8")
+    daemon.client.add_project("comes-and-goes", [Source(str(source))])
+    h = wait_for("watched again", lambda: (h := health(daemon, "comes-and-goes")) is not None and h.watching and h)
+    assert not h.indexed and h.last_reindex is None  # a new project's first index is asked for
+
+
+def test_index_project_and_the_watcher_share_one_worker(daemon: Daemon, tmp_path: Path) -> None:
+    source = memory_folder(tmp_path / "memory")
+    add_indexed(daemon, "explicit", source)
+    editor_save(source / "notes.txt", "The axolotl explicit note.\n")
+    report = daemon.client.index_project("explicit")  # serialised with the watcher's re-index, whichever runs first
+    assert report.status in {"built", "unchanged"}
+    wait_for("the edit served", lambda: served(daemon, "explicit", "axolotl", "axolotl"))
+    h = wait_for("settled", lambda: settled(daemon, "explicit"))
+    assert h.last_reindex is not None and h.last_reindex.status in {"built", "unchanged"}
+
+
+def _unshare_works() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    import subprocess
+
+    probe = subprocess.run(
+        ["unshare", "-U", "-r", "sh", "-c", "echo 4 > /proc/sys/user/max_inotify_watches"], capture_output=True
+    )
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="needs user namespaces to lower the inotify watch limit safely")
+def test_the_watch_limit_falls_back_to_polling_with_a_clear_error(tmp_path: Path) -> None:
+    """The daemon runs in its own user namespace whose inotify watch limit is 2 (the host's is
+    untouched): more folders than that cannot be watched, so the project is polled instead."""
+    source = memory_folder(tmp_path / "memory")
+    for i in range(4):
+        (source / f"folder-{i}").mkdir()
+    home = tmp_path / "home"
+    launcher = tmp_path / "limited.sh"
+    launcher.write_text('echo 2 > /proc/sys/user/max_inotify_watches && exec "$@"\n')
+    daemon = Daemon(home, tmp_path / "daemon.log", wrapper=["unshare", "-U", "-r", "sh", str(launcher)])
+    try:
+        add_indexed_polling(daemon, "limited", source)
+        h = wait_for("the limit reported", lambda: (h := health(daemon, "limited")) is not None and h.error and h)
+        assert h.error is not None and h.error.code == "watch_limit_reached"
+        assert "max_user_watches" in h.error.message and h.state == "polling" and h.watching and h.healthy
+        editor_save(source / "folder-3" / "polled.md", "# Polled\n\nThe pangolin is polled.\n")
+        wait_for("the polled edit served", lambda: served(daemon, "limited", "pangolin polled", "pangolin"))
+    finally:
+        assert daemon.stop() == 0
+
+
+def add_indexed_polling(daemon: Daemon, name: str, source: Path) -> None:
+    daemon.client.add_project(name, [Source(str(source))])
+    assert daemon.client.index_project(name).status == "built"
