@@ -84,6 +84,62 @@ function projectsPanel(projects) {
   return panel;
 }
 
+// The watcher's health per project (runtime_status.projects): is it followed, is the index current,
+// what went wrong. Answers even while the engine is busy re-indexing.
+function watchBadge(p) {
+  if (!p.healthy) return h("span", { class: "badge bad" }, p.state === "source_unavailable" ? "source missing" : "error");
+  if (p.state === "watching") return h("span", { class: "badge ok" }, "watching");
+  if (p.state === "polling") return h("span", { class: "badge warn" }, "polling");
+  return h("span", { class: "badge muted" }, p.state.replace("_", " "));
+}
+
+function reindexCell(r) {
+  if (!r) return "—";
+  const what = r.status === "built" ? `built, ${r.embedded} of ${r.units} unit(s) embedded`
+    : r.status === "unchanged" ? "unchanged" : `failed (${r.error_code})`;
+  return h("span", null, `${fmtTime(r.finished_at)} · ${r.seconds.toFixed(2)} s`,
+    h("span", { class: "sub" }, `${what} · ${r.trigger}`));
+}
+
+function pendingCell(p) {
+  if (p.indexing) return h("span", null, "re-indexing", h("span", { class: "sub" }, p.progress || "starting"));
+  if (p.reindex_pending) return `${p.pending_changes} change(s), queued`;
+  if (!p.indexed) return h("span", { class: "muted" }, "not indexed yet");
+  return p.pending_changes ? `${p.pending_changes} change(s)` : "none";
+}
+
+function errorCell(p) {
+  const e = p.error || p.last_error;
+  if (!e) return "—";
+  return h("span", { class: p.error ? "" : "muted" }, h("code", null, e.code), " ", e.message,
+    h("span", { class: "sub" }, p.error ? `since ${fmtTime(e.at)}` : `resolved; seen ${fmtTime(e.at)}`));
+}
+
+export function watcherPanel(status) {
+  const panel = h("section", { class: "panel", "aria-labelledby": "watcher-h" },
+    h("h2", { id: "watcher-h" }, "Sources and re-indexing"));
+  if (!status.watching) {
+    panel.append(h("p", { class: "muted" }, "This daemon does not watch sources (", h("code", null, "--no-watch"),
+      "): re-index with ", h("code", null, "memcore index NAME"), "."));
+  }
+  const projects = status.projects || [];
+  if (!projects.length) {
+    if (status.watching) panel.append(h("p", { class: "muted" }, "No projects to watch yet."));
+    return panel;
+  }
+  const rows = projects.map((p) => h("tr", null,
+    h("th", { scope: "row" }, p.project_id),
+    h("td", null, watchBadge(p)),
+    h("td", null, p.last_change_at ? h("span", null, fmtTime(p.last_change_at),
+      h("span", { class: "sub wrap-any" }, p.last_change_paths.join(" · "))) : "—"),
+    h("td", null, reindexCell(p.last_reindex)),
+    h("td", null, pendingCell(p)),
+    h("td", { class: "wrap-any" }, errorCell(p))));
+  panel.append(table(["Project", "Watch", "Last change seen", "Last re-index", "Pending", "Error"], rows,
+    { "aria-label": "Watcher health" }));
+  return panel;
+}
+
 function modelsPanel(models) {
   const panel = h("section", { class: "panel", "aria-labelledby": "models-h" }, h("h2", { id: "models-h" }, "Models"));
   if (models === null) {
@@ -122,6 +178,6 @@ export async function runtimePage(main) {
         ["Blob store", h("span", null, blobs ? `${fmtBytes(blobs.bytes)} in ${blobs.files} blob(s)` : "empty", " ",
           h("code", { class: "small" }, extra.blob_store.path))],
       ]))),
-    h("div", { class: "stack" }, projectsPanel(extra.projects), modelsPanel(extra.models), latencyPanel(extra.recent_latency)),
+    h("div", { class: "stack" }, projectsPanel(extra.projects), watcherPanel(status), modelsPanel(extra.models), latencyPanel(extra.recent_latency)),
   );
 }
