@@ -444,6 +444,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             sync_history=args.sync_history, watch=not args.no_watch,
         )  # fmt: skip
     except MemoryCoreError as exc:
-        details = f" {json.dumps(exc.details, default=str)}" if exc.details else ""
-        print(f"error[{exc.code}]: {exc.message}{details}", file=sys.stderr)
+        # A record of the JSON log like every other line on stderr (the text keeps the CLI's form).
+        log.error(f"error[{exc.code}]: {exc.message}", extra={"fields": {"code": exc.code, "details": exc.details}})
         return 1
