@@ -4,6 +4,12 @@ A generation is built in ``generations/.staging-<random>/``, sealed (a ``SEALED`
 the SHA-256 of every file), fsynced and renamed into place, so a published directory is always
 complete. Deletions rename to ``.trash-<random>`` first: a half-deleted generation never looks
 like a published one, and leftovers are swept by the next ``prune``/``remove_project``.
+
+A project's Local Storage is ``projects/<id>/`` unless ``memcore project storage move`` gave it
+another directory; the catalog records that one and ``locate`` reads it, so every process that
+shares the home finds the same place. A move copies the generations into the new directory
+(staged, re-verified against their seals, renamed into place); the caller switches the catalog
+in one transaction and only then drops the old copy, so a failure leaves the old one serving.
 """
 
 from __future__ import annotations
@@ -18,12 +24,12 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from memory_core.canonical import canonical_json
-from memory_core.errors import GenerationCorrupted, InvalidRequest
+from memory_core.errors import GenerationCorrupted, InvalidRequest, InvalidStorageLocation
 from memory_core.model import Unit, validate_project_id
 
 from .blob_store import fsync_dir
@@ -90,13 +96,29 @@ def read_seal(directory: Path) -> dict[str, str]:
 class FileGenerationStore:
     """Implements ``memory_core.ports.GenerationStore`` under ``projects_root``."""
 
-    def __init__(self, projects_root: str | os.PathLike[str], staging_ttl_s: float = 3600.0) -> None:
+    def __init__(
+        self,
+        projects_root: str | os.PathLike[str],
+        staging_ttl_s: float = 3600.0,
+        locate: Callable[[str], str | None] | None = None,
+    ) -> None:
         self.root = Path(projects_root)
         # A staging directory younger than this may belong to a build still running elsewhere.
         self.staging_ttl_s = staging_ttl_s
+        # The project's recorded Local Storage directory, None for the default (the catalog's).
+        self._locate = locate
+
+    def default_location(self, project_id: str) -> Path:
+        return self.root / validate_project_id(project_id)
+
+    def location(self, project_id: str) -> Path:
+        """The directory that holds the project's ``generations/``."""
+        default = self.default_location(project_id)
+        recorded = self._locate(project_id) if self._locate is not None else None
+        return Path(recorded) if recorded else default
 
     def generations_dir(self, project_id: str) -> Path:
-        return self.root / validate_project_id(project_id) / "generations"
+        return self.location(project_id) / "generations"
 
     def generation_dir(self, project_id: str, index_revision: str) -> Path:
         return self.generations_dir(project_id) / check_revision(index_revision)
@@ -200,17 +222,108 @@ class FileGenerationStore:
 
     def discard(self, staging: Path) -> None:
         staging = Path(staging)
-        if not staging.name.startswith(STAGING_PREFIX) or not staging.is_relative_to(self.root):
+        # A moved project stages outside ``root``: what marks ours is the name and the parent.
+        if not staging.name.startswith(STAGING_PREFIX) or staging.parent.name != "generations":
             raise InvalidRequest(f"{str(staging)!r} is not a staging directory of this store")
         shutil.rmtree(staging, ignore_errors=True)
 
-    def remove_project(self, project_id: str) -> None:
-        """Delete the project's Local Storage (never its Runs or Cases, which live in local.db)."""
-        project = self.root / validate_project_id(project_id)
-        if project.exists():
-            self._trash(project)
+    def remove_project(self, project_id: str, location: Path | None = None) -> None:
+        """Delete the project's Local Storage (never its Runs or Cases, which live in local.db).
+
+        ``location``: where it is, read before the catalog forgot the project (default: now)."""
+        default = self.default_location(project_id)
+        place = Path(location) if location is not None else self.location(project_id)
+        if place != default:
+            # A directory the user chose: empty what we put there, then the directory itself.
+            gens = place / "generations"
+            if gens.exists():
+                self._trash(gens)
+            self._sweep_trash(place)
+            with contextlib.suppress(OSError):
+                place.rmdir()
+            return
+        if place.exists():
+            self._trash(place)
+        self._sweep_trash(self.root)
+
+    # -- Local Storage management -------------------------------------------------------------
+
+    def usage(self, project_id: str) -> tuple[int, dict[str, int]]:
+        """Bytes under the location (staging and trash included), and per published generation."""
+        place = self.location(project_id)
+        per = {rev: _tree_size(self.generation_dir(project_id, rev)) for rev in self.list_generations(project_id)}
+        return _tree_size(place), per
+
+    def prepare_location(self, project_id: str, destination: Path, taken: Sequence[Path]) -> Path:
+        """Check and create ``destination`` (owner-only) for the project's Local Storage.
+
+        Refused with InvalidStorageLocation when it is not a directory, not empty, not writable,
+        or inside or around another project's storage (``taken``) or this store's root (bar the
+        project's own default place), since removing one would then delete the other."""
+        # Compared as real paths: a symlinked parent must not hide an overlap.
+        dest = _real(Path(destination).expanduser())
+        current, default = _real(self.location(project_id)), _real(self.default_location(project_id))
+        root = _real(self.root)
+
+        def refuse(reason: str, message: str) -> InvalidStorageLocation:
+            return InvalidStorageLocation(message, project=project_id, destination=str(dest), reason=reason)
+
+        if dest == current:
+            raise refuse("same_location", f"project {project_id!r} already keeps its Local Storage in {str(dest)!r}")
+        for other in [*(_real(Path(t)) for t in taken), current, root]:
+            if other == root and dest == default:
+                continue
+            if _overlaps(dest, other):
+                raise refuse(
+                    "overlaps",
+                    f"{str(dest)!r} is inside or around {str(other)!r}, which holds other Local Storage",
+                )
+        if dest.exists() and not dest.is_dir():
+            raise refuse("not_a_directory", f"{str(dest)!r} exists and is not a directory")
+        try:
+            dest.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if os.listdir(dest):
+                raise refuse("not_empty", f"{str(dest)!r} is not empty: give an empty or new directory")
+            os.chmod(dest, 0o700)
+            probe = dest / f"{STAGING_PREFIX}probe-{secrets.token_hex(4)}"
+            probe.mkdir(mode=0o700)
+            probe.rmdir()
+        except PermissionError as exc:
+            raise refuse("not_writable", f"{str(dest)!r} is not writable: {exc.strerror}") from exc
+        except InvalidStorageLocation:
+            raise
+        except OSError as exc:
+            raise refuse("not_writable", f"cannot use {str(dest)!r}: {exc.strerror or exc}") from exc
+        return dest
+
+    def copy_generations(self, project_id: str, directories: Mapping[str, Path], destination: Path) -> dict[str, Path]:
+        """Copy published generations (index revision -> directory) into ``destination`` and
+        return their new directories. Each is staged, re-verified against its seal, fsynced and
+        renamed into place; on any failure every copy made here is removed and the originals
+        are untouched."""
+        gens = Path(destination) / "generations"
+        moved: dict[str, Path] = {}
+        try:
+            gens.mkdir(mode=0o700, parents=True, exist_ok=True)
+            for revision, source in sorted(directories.items()):
+                self.verify(source)  # a damaged generation is not carried along as if sound
+                staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=gens))
+                shutil.copytree(source, staging, dirs_exist_ok=True)
+                self.verify(staging)
+                _sync_tree(staging)
+                crash_point("generation.copy.before_rename")
+                target = gens / check_revision(revision)
+                os.rename(staging, target)
+                fsync_dir(gens)
+                moved[revision] = target
+        except BaseException:
+            shutil.rmtree(gens, ignore_errors=True)
+            raise
+        return moved
+
+    def _sweep_trash(self, directory: Path) -> None:
         with contextlib.suppress(FileNotFoundError):
-            for entry in os.scandir(self.root):
+            for entry in os.scandir(directory):
                 if entry.name.startswith(TRASH_PREFIX):
                     shutil.rmtree(entry.path, ignore_errors=True)
 
@@ -259,3 +372,28 @@ class FileGenerationStore:
         fsync_dir(path.parent)
         crash_point("generation.trash.after_rename")
         shutil.rmtree(trash, ignore_errors=True)
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _overlaps(a: Path, b: Path) -> bool:
+    return a == b or a.is_relative_to(b) or b.is_relative_to(a)
+
+
+def _tree_size(path: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def _sync_tree(root: Path) -> None:
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(dirpath, name), "rb") as f:
+                os.fsync(f.fileno())
+        fsync_dir(Path(dirpath))

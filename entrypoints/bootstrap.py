@@ -101,8 +101,12 @@ def bootstrap(
         blobs = FileBlobStore(layout.blobs_dir)
     if generations is None:
         from memory_core.adapters.generation_store import FileGenerationStore
+        from memory_core.adapters.sqlite.catalog import SqliteCatalog, StorageLocations
 
-        generations = FileGenerationStore(layout.projects_dir)
+        # Where each project's Local Storage is, as the catalog records it (project storage
+        # move); on a connection of its own, since the daemon's re-index worker asks too.
+        locate = StorageLocations.beside(catalog) if isinstance(catalog, SqliteCatalog) else catalog.storage_location
+        generations = FileGenerationStore(layout.projects_dir, locate=locate)
     if embedder is None:
         from memory_core.adapters.minilm import MiniLMEmbedder
 
@@ -251,7 +255,7 @@ def bootstrap_in_memory(**overrides: Any) -> Engine:
         "manifests": catalog,
         "scanner": InMemoryScanner(),
         "blobs": InMemoryBlobStore(),
-        "generations": InMemoryGenerationStore(),
+        "generations": InMemoryGenerationStore(locate=catalog.storage_location),
         "chunker": MarkdownChunker(WhitespaceTokenCounter(), max_tokens=64),
         "embedder": embedder,
         "embedding_cache": InMemoryEmbeddingCache(),

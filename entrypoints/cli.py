@@ -51,6 +51,24 @@ def build_parser() -> argparse.ArgumentParser:
         p = project.add_parser(name, help=text)
         if name != "list":
             p.add_argument("name")
+        if name == "remove":
+            p.add_argument(
+                "--purge", action="store_true", help="also delete its Evaluation Cases and their pinned Runs"
+            )
+            p.add_argument("--yes", action="store_true", help="do not ask for confirmation (with --purge)")
+        p.add_argument("--json", action="store_true")
+    storage = project.add_parser(
+        "storage", help="Project Local Storage: show, move or clear (Runs and Cases are never touched)"
+    ).add_subparsers(dest="storage_action", required=True)
+    for name, text in (
+        ("show", "where it is, its size and its generations"),
+        ("move", "copy the generations to an empty or new directory and use it from now on"),
+        ("clear", "delete the generations; the next `memcore index` rebuilds them"),
+    ):
+        p = storage.add_parser(name, help=text)
+        p.add_argument("name")
+        if name == "move":
+            p.add_argument("destination", help="an empty or new directory (made owner-only)")
         p.add_argument("--json", action="store_true")
 
     index = sub.add_parser("index", help="build the project's commit generation (no-op when unchanged)")

@@ -27,6 +27,7 @@ from memory_core.evaluation import Case, CaseDetail, JudgmentSet
 from memory_core.evaluation_report import Report
 from memory_core.fixture import ImportResult
 from memory_core.indexing import IndexReport, Progress
+from memory_core.local_storage import ProjectRemoval, ProjectStorage
 from memory_core.model import Project, Source
 from memory_core.recording import ClearReport, RunDetail, RunFilter, RunPage
 
@@ -53,8 +54,18 @@ class ClientEngine:
     def show_project(self, name: str) -> ProjectInfo:
         return self.client.show_project(name)
 
-    def remove_project(self, name: str) -> None:
-        self.client.remove_project(name)
+    def remove_project(self, name: str, *, purge: bool = False) -> ProjectRemoval:
+        return self.client.remove_project(name, purge=purge)
+
+    def project_storage(self, name: str) -> ProjectStorage:
+        return self.client.show_project_storage(name)
+
+    def move_project_storage(self, name: str, destination: str | os.PathLike[str]) -> ProjectStorage:
+        # The daemon resolves nothing against its own working directory: send an absolute path.
+        return self.client.move_project_storage(name, os.path.abspath(os.path.expanduser(destination)))
+
+    def clear_project_storage(self, name: str) -> ProjectStorage:
+        return self.client.clear_project_storage(name)
 
     def index(self, name: str, *, force: bool = False, progress: Progress | None = None) -> IndexReport:
         # The daemon reports no progress while it indexes; the report comes when it is done.

@@ -94,11 +94,39 @@ def project_show(engine: Engine, args: argparse.Namespace) -> int:
 
 
 def project_remove(engine: Engine, args: argparse.Namespace) -> int:
-    engine.remove_project(args.name)
+    if args.purge and not args.yes and not confirm(
+        f"Delete project {args.name!r} with its Evaluation Cases and every one of its Runs?", "--purge"
+    ):
+        render.console().print("nothing deleted")
+        return 0
+    report = engine.remove_project(args.name, purge=args.purge)
     if args.json:
-        _emit_json({"removed": args.name})
+        _emit_json({"removed": args.name, **wire.to_json(report)})
     else:
-        render.console().print(f"removed project {args.name}")
+        kept = f", kept {report.kept_pinned} pinned Runs of its Evaluation Cases" if report.kept_pinned else ""
+        cases = f", {report.deleted_cases} Evaluation Cases" if args.purge else ""
+        render.console().print(
+            f"removed project {args.name}: {report.deleted_runs} Runs{cases}, {report.deleted_blobs} unreferenced "
+            f"blobs and its Local Storage{kept}"
+        )
+    return 0
+
+
+def project_storage(engine: Engine, args: argparse.Namespace) -> int:
+    """``project storage show|move|clear``: Runs, Cases and blobs are never touched."""
+    if args.storage_action == "move":
+        storage = engine.move_project_storage(args.name, args.destination)
+    elif args.storage_action == "clear":
+        storage = engine.clear_project_storage(args.name)
+    else:
+        storage = engine.project_storage(args.name)
+    if args.json:
+        _emit_json(wire.to_json(storage))
+        return 0
+    out = render.console()
+    out.print(render.storage_table(storage))
+    if args.storage_action == "clear":
+        out.print(f"cleared; until `memcore index {args.name}` rebuilds it, activate answers project_not_indexed")
     return 0
 
 
@@ -191,11 +219,11 @@ def runs_show(engine: Engine, args: argparse.Namespace) -> int:
     return 0
 
 
-def confirm(question: str) -> bool:
+def confirm(question: str, what: str = "to clear history") -> bool:
     import sys
 
     if not sys.stdin.isatty():
-        raise InvalidRequest("refusing to clear history without confirmation: pass --yes")
+        raise InvalidRequest(f"refusing {what} without confirmation: pass --yes")
     return input(f"{question} [y/N] ").strip().lower() in {"y", "yes"}
 
 
@@ -234,6 +262,7 @@ HANDLERS: dict[tuple[str, str | None], Callable[[Engine, argparse.Namespace], in
     ("project", "list"): project_list,
     ("project", "show"): project_show,
     ("project", "remove"): project_remove,
+    ("project", "storage"): project_storage,
     ("index", None): index,
     ("activate", None): activate,
     ("runs", "list"): runs_list,

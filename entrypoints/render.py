@@ -10,6 +10,7 @@ from rich.table import Table
 
 from memory_core.engine import Activation, ProjectInfo
 from memory_core.indexing import IndexReport
+from memory_core.local_storage import ProjectStorage
 from memory_core.pipeline import SELECTED
 from memory_core.recording import RunDetail, RunPage
 
@@ -34,6 +35,32 @@ def projects_table(infos: Sequence[ProjectInfo]) -> Table:
             str(g.resource_count) if g else "-",
             str(g.unit_count) if g else "-",
         )
+    return table
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    size = n / 1024
+    for unit in ("KiB", "MiB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+def storage_table(storage: ProjectStorage) -> Table:
+    where = "default" if storage.default_location else "moved"
+    table = Table(
+        title=f"Local Storage of {storage.project_id}",
+        caption=f"{storage.location} ({where}), {_size(storage.size_bytes)}",
+    )
+    for col in ("generation", "role", "size", "directory"):
+        table.add_column(col, overflow="fold")
+    for g in storage.generations:
+        table.add_row(g.index_revision, g.role, _size(g.size_bytes), g.directory)
+    if not storage.generations:
+        table.add_row("(none)", "-", "-", f"run `memcore index {storage.project_id}` to build one")
     return table
 
 

@@ -34,6 +34,7 @@ from memory_core.exact import REVISION as EXACT_REVISION
 from memory_core.exact import ExactIndex
 from memory_core.fixture import ImportResult
 from memory_core.indexing import LEXICAL_DIR, VECTOR_DIR, Indexer, IndexReport, Progress
+from memory_core.local_storage import CURRENT, PREVIOUS, UNREFERENCED, ProjectRemoval, ProjectStorage, StoredGeneration
 from memory_core.model import (
     EffectiveMemory,
     Generation,
@@ -267,16 +268,83 @@ class Engine:
         project = self.catalog.get_project(name)
         return ProjectInfo(project, self.catalog.current_generation(name))
 
-    def remove_project(self, name: str) -> None:
+    def remove_project(self, name: str, *, purge: bool = False) -> ProjectRemoval:
+        """Delete the project, its unpinned Runs and its Local Storage; its Evaluation Cases and
+        their pinned Runs stay unless ``purge`` (brief §6). Database rows go first, files after:
+        an interruption leaves rows to retry, never a project pointing at deleted files."""
         self.catalog.get_project(name)
+        deleted_cases = 0
+        if purge:
+            service = self.evaluations()
+            for case in service.list_cases(name):
+                service.delete_case(case.case_id)  # unpins its Run when no other case uses it
+                deleted_cases += 1
+        self._close_generation(name)
+        runs, pinned, blobs = 0, 0, 0
+        if self.history is not None:
+            first = self.history.clear(name)  # before the catalog row: a failure leaves it to retry
+            runs, pinned, blobs = first.deleted_runs, first.kept_pinned, first.deleted_blobs
+        location = self.generations.location(name)  # read while the catalog still knows it
+        self.catalog.remove_project(name)
+        self.generations.remove_project(name, location)
+        if self.history is not None:
+            # The generations no longer hold their blobs: collect them as Clear History does.
+            blobs += self.history.clear(name).deleted_blobs
+        return ProjectRemoval(name, purge, runs, pinned, deleted_cases, blobs)
+
+    # -- Project Local Storage (brief §6: never touches Runs, Cases or blobs) -----------------
+    def project_storage(self, name: str) -> ProjectStorage:
+        self.catalog.get_project(name)
+        pointed = ((PREVIOUS, self.catalog.previous_generation(name)), (CURRENT, self.catalog.current_generation(name)))
+        roles = {g.index_revision: role for role, g in pointed if g is not None}
+        location = self.generations.location(name)
+        total, per = self.generations.usage(name)
+        stored = tuple(
+            StoredGeneration(rev, roles.get(rev, UNREFERENCED), str(location / "generations" / rev), size)
+            for rev, size in sorted(per.items())
+        )
+        default = location == self.generations.default_location(name)
+        return ProjectStorage(name, str(location), default, total, stored)
+
+    def move_project_storage(self, name: str, destination: str | Path) -> ProjectStorage:
+        """Copy the current and previous generations into ``destination`` (empty or new; made
+        owner-only), switch the catalog to them in one transaction, then delete the old copy.
+        Any failure before the switch removes the new copies and leaves the old ones serving."""
+        self.catalog.get_project(name)
+        others = [self.generations.location(p.project_id) for p in self.catalog.list_projects() if p.project_id != name]
+        old = self.generations.location(name)
+        dest = self.generations.prepare_location(name, Path(destination), others)
+        pointed = {
+            g.index_revision: Path(g.directory)
+            for g in (self.catalog.current_generation(name), self.catalog.previous_generation(name))
+            if g is not None
+        }
+        moved = self.generations.copy_generations(name, pointed, dest)
+        recorded = None if dest == self.generations.default_location(name) else str(dest)
+        try:
+            self.catalog.set_storage_location(name, recorded, {rev: str(d) for rev, d in moved.items()})
+        except BaseException:
+            self.generations.remove_project(name, dest)
+            raise
+        self._close_generation(name)  # the next activation opens the moved copy
+        self.generations.remove_project(name, old)
+        return self.project_storage(name)
+
+    def clear_project_storage(self, name: str) -> ProjectStorage:
+        """Delete the project's generations; ``memcore index`` rebuilds them (unchanged units
+        from the embedding cache). Meanwhile an activation is ``project_not_indexed``, a failed
+        Run, as for a project never indexed."""
+        self.catalog.get_project(name)
+        self.catalog.clear_generations(name)  # rows first: no pointer to a deleted directory
+        self._close_generation(name)
+        self.generations.prune(name, keep=set())
+        return self.project_storage(name)
+
+    def _close_generation(self, name: str) -> None:
         with self._lock:
             opened = self._open.pop(name, None)
         if opened is not None:
             opened.close()
-        if self.history is not None:
-            self.history.clear(name)  # its unpinned Runs; Cases and their pinned Runs stay
-        self.catalog.remove_project(name)
-        self.generations.remove_project(name)
 
     def index(self, name: str, *, force: bool = False, progress: Progress | None = None) -> IndexReport:
         if progress is None:

@@ -70,6 +70,13 @@ class EmptyProject(MemoryCoreError):
     code = "empty_project"
 
 
+class InvalidStorageLocation(InvalidRequest):
+    """A Project Local Storage destination cannot be used (``details.reason``: not_empty,
+    not_writable, not_a_directory, overlaps, same_location); nothing was moved."""
+
+    code = "invalid_storage_location"
+
+
 class ProjectNotIndexed(MemoryCoreError):
     """The project has no current commit generation; run ``memcore index``."""
 

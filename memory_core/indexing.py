@@ -131,6 +131,11 @@ class Indexer:
             for entry in memory.entries:
                 self.corpus.record_blob(entry.resource_hash, entry.byte_size, entry.media_type)
         previous = current.index_revision if current is not None else None
+        if previous == revision:
+            # A forced rebuild of the same revision keeps the catalog's previous generation as
+            # previous: pruning it would leave that pointer naming a deleted directory.
+            prior = self.catalog.previous_generation(project_id)
+            previous = prior.index_revision if prior is not None else None
         self.catalog.set_current_generation(
             Generation(
                 project_id=project_id,

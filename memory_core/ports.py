@@ -7,7 +7,7 @@ Every port has a real adapter in ``memory_core.adapters`` and an in-memory one i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -138,7 +138,29 @@ class GenerationStore(Protocol):
 
     def discard(self, staging: Path) -> None: ...
 
-    def remove_project(self, project_id: str) -> None: ...
+    def remove_project(self, project_id: str, location: Path | None = None) -> None:
+        """Delete the project's Local Storage at ``location`` (default: where it is now)."""
+        ...
+
+    def location(self, project_id: str) -> Path:
+        """The directory that holds the project's generations (brief §6)."""
+        ...
+
+    def default_location(self, project_id: str) -> Path: ...
+
+    def usage(self, project_id: str) -> tuple[int, dict[str, int]]:
+        """Bytes under the location, and per published generation (index revision -> bytes)."""
+        ...
+
+    def prepare_location(self, project_id: str, destination: Path, taken: Sequence[Path]) -> Path:
+        """Check and create an empty, owner-only, writable destination that overlaps no other
+        project's storage (``taken``); InvalidStorageLocation otherwise. Returns its real path."""
+        ...
+
+    def copy_generations(self, project_id: str, directories: Mapping[str, Path], destination: Path) -> dict[str, Path]:
+        """Copy the published generations (index revision -> directory) under ``destination``,
+        each verified against its seal; all or none. Returns their new directories."""
+        ...
 
 
 class Catalog(Protocol):
@@ -158,6 +180,18 @@ class Catalog(Protocol):
 
     def set_current_generation(self, generation: Generation) -> None:
         """Atomically make ``generation`` current; the old current becomes previous."""
+        ...
+
+    def storage_location(self, project_id: str) -> str | None:
+        """The project's recorded Local Storage directory; None: the default place."""
+        ...
+
+    def set_storage_location(self, project_id: str, location: str | None, directories: Mapping[str, str]) -> None:
+        """Atomically record the location and the moved generations' directories."""
+        ...
+
+    def clear_generations(self, project_id: str) -> None:
+        """Forget every generation of the project (the next index rebuilds)."""
         ...
 
     def close(self) -> None: ...

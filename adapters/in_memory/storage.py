@@ -25,6 +25,7 @@ from memory_core.errors import (
     BlobNotFound,
     GenerationCorrupted,
     InvalidRequest,
+    InvalidStorageLocation,
     ProjectExists,
     ProjectNotFound,
     SourceUnavailable,
@@ -59,6 +60,7 @@ class InMemoryCatalog:
         self._pointers: dict[str, _Pointer] = {}
         self._manifests: dict[str, tuple[ManifestEntry, ...]] = {}
         self._file_hashes: dict[str, tuple[int, int, str]] = {}
+        self._locations: dict[str, str] = {}
 
     def add_project(self, project: Project) -> None:
         validate_project_id(project.project_id)
@@ -80,6 +82,26 @@ class InMemoryCatalog:
         self.get_project(project_id)
         del self._projects[project_id]
         del self._pointers[project_id]
+        self._locations.pop(project_id, None)
+
+    def storage_location(self, project_id: str) -> str | None:
+        return self._locations.get(project_id)
+
+    def set_storage_location(self, project_id: str, location: str | None, directories: Mapping[str, str]) -> None:
+        self.get_project(project_id)
+        if location is None:
+            self._locations.pop(project_id, None)
+        else:
+            self._locations[project_id] = location
+        pointer = self._pointers[project_id]
+        for name in ("current", "previous"):
+            g = getattr(pointer, name)
+            if g is not None and g.index_revision in directories:
+                setattr(pointer, name, attrs.evolve(g, directory=directories[g.index_revision]))
+
+    def clear_generations(self, project_id: str) -> None:
+        self.get_project(project_id)
+        self._pointers[project_id] = _Pointer()
 
     def current_generation(self, project_id: str) -> Generation | None:
         self.get_project(project_id)
@@ -158,8 +180,9 @@ class InMemoryBlobStore:
 class InMemoryGenerationStore:
     """GenerationStore port; directories are fake paths under ``/in-memory/projects``."""
 
-    def __init__(self) -> None:
+    def __init__(self, locate: Callable[[str], str | None] | None = None) -> None:
         self.root = Path("/in-memory/projects")
+        self._locate = locate  # as FileGenerationStore: the catalog's recorded location
         self._staging: dict[Path, list[Unit] | None] = {}
         self._published: dict[Path, list[Unit]] = {}
         self._corrupted: set[Path] = set()
@@ -168,8 +191,15 @@ class InMemoryGenerationStore:
         # in-memory index factories register their ``relocate`` here.
         self.on_publish: list[Callable[[Path, Path], None]] = []
 
+    def default_location(self, project_id: str) -> Path:
+        return self.root / validate_project_id(project_id)
+
+    def location(self, project_id: str) -> Path:
+        recorded = self._locate(project_id) if self._locate is not None else None
+        return Path(recorded) if recorded else self.default_location(project_id)
+
     def generations_dir(self, project_id: str) -> Path:
-        return self.root / validate_project_id(project_id) / "generations"
+        return self.location(project_id) / "generations"
 
     def generation_dir(self, project_id: str, index_revision: str) -> Path:
         return self.generations_dir(project_id) / check_revision(index_revision)
@@ -225,15 +255,51 @@ class InMemoryGenerationStore:
             del self._published[path]
 
     def discard(self, staging: Path) -> None:
-        if not staging.name.startswith(STAGING_PREFIX) or not staging.is_relative_to(self.root):
+        if not staging.name.startswith(STAGING_PREFIX) or staging.parent.name != "generations":
             raise InvalidRequest(f"{str(staging)!r} is not a staging directory of this store")
         self._staging.pop(staging, None)
 
-    def remove_project(self, project_id: str) -> None:
-        project = self.root / validate_project_id(project_id)
+    def remove_project(self, project_id: str, location: Path | None = None) -> None:
+        project = location if location is not None else self.location(project_id)
         for table in (self._staging, self._published):
-            for path in [p for p in table if p.is_relative_to(project)]:
+            for path in [p for p in table if p.is_relative_to(project / "generations")]:
                 del table[path]
+        if project == self.default_location(project_id):
+            for table in (self._staging, self._published):
+                for path in [p for p in table if p.is_relative_to(project)]:
+                    del table[path]
+
+    def usage(self, project_id: str) -> tuple[int, dict[str, int]]:
+        """Sizes are the units' text bytes: there are no files to measure."""
+        gens = self.generations_dir(project_id)
+        per = {
+            p.name: sum(len(u.text.encode()) for u in units) for p, units in self._published.items() if p.parent == gens
+        }
+        return sum(per.values()), per
+
+    def prepare_location(self, project_id: str, destination: Path, taken: Sequence[Path]) -> Path:
+        dest = Path(destination)
+        if dest == self.location(project_id):
+            raise InvalidStorageLocation("already there", project=project_id, reason="same_location")
+        for other in [*taken, self.location(project_id)]:
+            if dest == other or dest.is_relative_to(other) or Path(other).is_relative_to(dest):
+                raise InvalidStorageLocation("overlaps", project=project_id, reason="overlaps")
+        if any(p.is_relative_to(dest) for table in (self._staging, self._published) for p in table):
+            raise InvalidStorageLocation("not empty", project=project_id, reason="not_empty")
+        return dest
+
+    def copy_generations(self, project_id: str, directories: Mapping[str, Path], destination: Path) -> dict[str, Path]:
+        """In-memory index factories follow a rename, not a copy: their indexes move with it."""
+        moved: dict[str, Path] = {}
+        for revision, source in sorted(directories.items()):
+            self.verify(source)
+            target = Path(destination) / "generations" / check_revision(revision)
+            moved[revision] = target
+        for revision, target in moved.items():
+            self._published[target] = list(self._published[directories[revision]])
+            for listener in self.on_publish:
+                listener(directories[revision], target)
+        return moved
 
 
 class InMemoryScanner:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import apsw
@@ -106,6 +107,34 @@ class SqliteCatalog:
             conn.execute("DELETE FROM projects WHERE project_id = ?", (project_id,))
             if conn.changes() == 0:
                 raise _not_found(project_id)
+
+    # -- Project Local Storage ----------------------------------------------------------------
+
+    def storage_location(self, project_id: str) -> str | None:
+        """The directory ``project storage move`` recorded, or None (the default place, and
+        for a project not in the catalog)."""
+        return _storage_location(self._conn, project_id)
+
+    def set_storage_location(self, project_id: str, location: str | None, directories: Mapping[str, str]) -> None:
+        """One transaction: record the location (None: the default) and the new directory of
+        each moved generation (index revision -> directory)."""
+        with storage_errors("cannot record project storage"), write_transaction(self._conn) as conn:
+            conn.execute("UPDATE projects SET storage_dir = ? WHERE project_id = ?", (location, project_id))
+            if conn.changes() == 0:
+                raise _not_found(project_id)
+            conn.executemany(
+                "UPDATE generations SET directory = ? WHERE project_id = ? AND index_revision = ?",
+                [(directory, project_id, revision) for revision, directory in directories.items()],
+            )
+            crash_point("catalog.set_storage.before_commit")
+
+    def clear_generations(self, project_id: str) -> None:
+        """Forget the project's generations (rows and pointer): the next index rebuilds."""
+        with storage_errors("cannot clear generations"), write_transaction(self._conn) as conn:
+            if not self._exists(project_id):
+                raise _not_found(project_id)
+            conn.execute("DELETE FROM project_generation_pointers WHERE project_id = ?", (project_id,))
+            conn.execute("DELETE FROM generations WHERE project_id = ?", (project_id,))
 
     # -- generations ------------------------------------------------------------------------
 
@@ -230,6 +259,36 @@ class SqliteCatalog:
                 (project_id,),
             ).fetchall()
         return _generation_from_row(rows[0]) if rows else None
+
+
+def _storage_location(conn: apsw.Connection, project_id: str) -> str | None:
+    with storage_errors("cannot read project storage"):
+        rows = conn.execute("SELECT storage_dir FROM projects WHERE project_id = ?", (project_id,)).fetchall()
+    return str(rows[0][0]) if rows and rows[0][0] is not None else None
+
+
+class StorageLocations:
+    """``SqliteCatalog.storage_location`` on a connection of its own, behind a lock: the
+    generation store asks from any thread (the daemon's re-index worker too), and an apsw
+    connection refuses two threads at once."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn = conn
+        self._lock = threading.Lock()
+
+    @classmethod
+    def beside(cls, catalog: SqliteCatalog) -> StorageLocations:
+        from .database import open_database
+
+        return cls(open_database(catalog.connection.filename))
+
+    def __call__(self, project_id: str) -> str | None:
+        with self._lock:
+            return _storage_location(self._conn, project_id)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
 
 
 def _not_found(project_id: str) -> ProjectNotFound:

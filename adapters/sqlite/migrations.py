@@ -258,3 +258,10 @@ def m004_evaluation(conn: apsw.Connection) -> None:
         ) WITHOUT ROWID;
         """
     )
+
+
+@migration
+def m005_project_storage(conn: apsw.Connection) -> None:
+    # Where a project keeps its Local Storage when `memcore project storage move` chose a
+    # directory; NULL is the default, <home>/projects/<project_id>/.
+    conn.execute("ALTER TABLE projects ADD COLUMN storage_dir TEXT")

@@ -59,7 +59,7 @@ from memory_core.recording import (
     RunSummary,
 )
 
-API_VERSION = "1.1.0"  # 1.1: Evaluation Set methods
+API_VERSION = "1.2.0"  # 1.1: Evaluation Set methods; 1.2: Project Local Storage, remove_project purge
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a 10,000-unit activation state is about 0.9 MiB
 # import_evaluation_set carries whole fixtures (corpus bodies included): its own, larger limit.
 MAX_IMPORT_BODY_BYTES = 256 << 20
@@ -117,6 +117,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "invalid_budget": 400,
     "invalid_activation_state": 400,
     "invalid_project_name": 400,
+    "invalid_storage_location": 400,
     "not_found": 404,
     "unknown_method": 404,
     "project_not_found": 404,
@@ -228,6 +229,32 @@ class ShowProjectRequest:
 
 @attrs.frozen
 class RemoveProjectRequest:
+    project_id: str
+    purge: bool = attrs.field(
+        default=False,
+        metadata={"schema": {"description": "also delete the project's Evaluation Cases and their pinned Runs"}},
+    )
+
+
+@attrs.frozen
+class ShowProjectStorageRequest:
+    project_id: str
+
+
+@attrs.frozen
+class MoveProjectStorageRequest:
+    """Move a project's Local Storage (its rebuildable generations) to another directory."""
+
+    project_id: str
+    destination: str = attrs.field(
+        metadata={"schema": {"minLength": 1, "description": "absolute path of an empty or new directory"}}
+    )
+
+
+@attrs.frozen
+class ClearProjectStorageRequest:
+    """Delete a project's generations; the next index rebuilds them."""
+
     project_id: str
 
 
@@ -585,11 +612,6 @@ class RuntimeStatus:
 @attrs.frozen
 class ProjectList:
     projects: tuple[ProjectInfo, ...]
-
-
-@attrs.frozen
-class ProjectRemoved:
-    project_id: str
 
 
 # -- the converter ----------------------------------------------------------------------------

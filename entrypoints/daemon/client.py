@@ -18,6 +18,7 @@ from memory_core.errors import MemoryCoreError
 from memory_core.evaluation import Case, Judgment, JudgmentSet, parse_judgments
 from memory_core.fixture import ImportResult, parse_document
 from memory_core.indexing import IndexReport
+from memory_core.local_storage import ProjectRemoval, ProjectStorage
 from memory_core.model import Source
 from memory_core.recording import ClearReport, RunDetail, RunFilter, RunPage
 
@@ -120,8 +121,18 @@ class DaemonClient:
     def show_project(self, project_id: str) -> ProjectInfo:
         return self.call("show_project", api.ShowProjectRequest(project_id))  # type: ignore[no-any-return]
 
-    def remove_project(self, project_id: str) -> None:
-        self.call("remove_project", api.RemoveProjectRequest(project_id))
+    def remove_project(self, project_id: str, *, purge: bool = False) -> ProjectRemoval:
+        return self.call("remove_project", api.RemoveProjectRequest(project_id, purge))  # type: ignore[no-any-return]
+
+    def show_project_storage(self, project_id: str) -> ProjectStorage:
+        return self.call("show_project_storage", api.ShowProjectStorageRequest(project_id))  # type: ignore[no-any-return]
+
+    def move_project_storage(self, project_id: str, destination: str | os.PathLike[str]) -> ProjectStorage:
+        request = api.MoveProjectStorageRequest(project_id, os.fspath(destination))
+        return self.call("move_project_storage", request)  # type: ignore[no-any-return]
+
+    def clear_project_storage(self, project_id: str) -> ProjectStorage:
+        return self.call("clear_project_storage", api.ClearProjectStorageRequest(project_id))  # type: ignore[no-any-return]
 
     def index_project(self, project_id: str, *, force: bool = False) -> IndexReport:
         return self.call("index_project", api.IndexProjectRequest(project_id, force))  # type: ignore[no-any-return]

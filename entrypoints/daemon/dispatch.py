@@ -4,12 +4,13 @@ adding a method is adding one entry here (and its types in ``api``)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -20,11 +21,13 @@ from memory_core.errors import (
     BlobCorrupted,
     BlobNotFound,
     EmptyProject,
+    GenerationCorrupted,
     InvalidActivationState,
     InvalidBudget,
     InvalidProjectName,
     InvalidQuery,
     InvalidRequest,
+    InvalidStorageLocation,
     MemoryCoreError,
     ProjectExists,
     ProjectNotFound,
@@ -47,6 +50,7 @@ from memory_core.evaluation_errors import (
 )
 from memory_core.fixture import ImportResult
 from memory_core.indexing import IndexReport
+from memory_core.local_storage import ProjectRemoval, ProjectStorage
 from memory_core.recording import ClearReport, RunDetail, RunFilter, RunPage
 
 from . import api
@@ -145,9 +149,45 @@ def show_project(ctx: Context, req: api.ShowProjectRequest) -> ProjectInfo:
     return ctx.engine.show_project(req.project_id)
 
 
-def remove_project(ctx: Context, req: api.RemoveProjectRequest) -> api.ProjectRemoved:
-    ctx.engine.remove_project(req.project_id)
-    return api.ProjectRemoved(req.project_id)
+def remove_project(ctx: Context, req: api.RemoveProjectRequest) -> ProjectRemoval:
+    if ctx.watcher is not None:  # its watch stops and a re-index of it is discarded first
+        ctx.watcher.project_removed(req.project_id)
+    return ctx.engine.remove_project(req.project_id, purge=req.purge)
+
+
+def show_project_storage(ctx: Context, req: api.ShowProjectStorageRequest) -> ProjectStorage:
+    return ctx.engine.project_storage(req.project_id)
+
+
+@contextlib.contextmanager
+def _no_reindex(ctx: Context, project_id: str) -> Iterator[None]:
+    """Moving or clearing changes where a project's generations are: the watcher's re-index of
+    it (on its own thread) must not publish into the old place meanwhile, so its watch stops
+    (waiting for a re-index in flight) and starts again afterwards."""
+    if ctx.watcher is None:
+        yield
+        return
+    project = ctx.engine.show_project(project_id).project
+    ctx.watcher.project_removed(project_id)
+    try:
+        yield
+    finally:
+        ctx.watcher.project_added(project)
+
+
+def move_project_storage(ctx: Context, req: api.MoveProjectStorageRequest) -> ProjectStorage:
+    # The daemon's working directory is not the caller's: a relative path would be wrong.
+    if not os.path.isabs(req.destination):
+        raise InvalidStorageLocation(
+            f"destination {req.destination!r} must be absolute", destination=req.destination, reason="not_absolute"
+        )
+    with _no_reindex(ctx, req.project_id):
+        return ctx.engine.move_project_storage(req.project_id, req.destination)
+
+
+def clear_project_storage(ctx: Context, req: api.ClearProjectStorageRequest) -> ProjectStorage:
+    with _no_reindex(ctx, req.project_id):
+        return ctx.engine.clear_project_storage(req.project_id)
 
 
 def index_project(ctx: Context, req: api.IndexProjectRequest) -> IndexReport:
@@ -328,8 +368,20 @@ METHODS: tuple[Method, ...] = (
            "Every project with its current commit generation.", allow_get=True),
     Method("show_project", api.ShowProjectRequest, ProjectInfo, show_project,
            "One project with its current commit generation.", (ProjectNotFound,)),
-    Method("remove_project", api.RemoveProjectRequest, api.ProjectRemoved, remove_project,
-           "Remove a project and its Project Local Storage.", (ProjectNotFound,)),
+    Method("remove_project", api.RemoveProjectRequest, ProjectRemoval, remove_project,
+           "Remove a project, its unpinned Runs and its Project Local Storage; its Evaluation Cases and their "
+           "pinned Runs stay unless purge: true. Unreferenced blobs are collected as Clear History does.",
+           (ProjectNotFound,)),
+    Method("show_project_storage", api.ShowProjectStorageRequest, ProjectStorage, show_project_storage,
+           "Where a project's Local Storage is, its size and its generations (current, previous, unreferenced).",
+           (ProjectNotFound,)),
+    Method("move_project_storage", api.MoveProjectStorageRequest, ProjectStorage, move_project_storage,
+           "Move a project's generations to an empty or new directory (made owner-only) and record it; a failure "
+           "leaves the old location serving. Runs, Cases and blobs are not touched.",
+           (ProjectNotFound, InvalidStorageLocation, GenerationCorrupted)),
+    Method("clear_project_storage", api.ClearProjectStorageRequest, ProjectStorage, clear_project_storage,
+           "Delete a project's generations; the next index_project rebuilds them, and until then activate_memory "
+           "answers project_not_indexed (a failed Run). Runs, Cases and blobs are not touched.", (ProjectNotFound,)),
     Method("index_project", api.IndexProjectRequest, IndexReport, index_project,
            "Build the project's commit generation (a no-op when nothing changed); in the daemon it runs "
            "beside activations, which serve the current generation until the new one is published.",

@@ -232,12 +232,12 @@ def test_a_failing_migration_leaves_no_trace(tmp_path):
 def test_write_transaction_rolls_back_and_nests(tmp_path):
     conn = open_database(tmp_path / "local.db")
     with pytest.raises(RuntimeError), write_transaction(conn):
-        conn.execute("INSERT INTO projects VALUES ('a', 't')")
+        conn.execute("INSERT INTO projects(project_id, created_at) VALUES ('a', 't')")
         raise RuntimeError("boom")
     with write_transaction(conn):
-        conn.execute("INSERT INTO projects VALUES ('b', 't')")
+        conn.execute("INSERT INTO projects(project_id, created_at) VALUES ('b', 't')")
         with pytest.raises(RuntimeError), write_transaction(conn):
-            conn.execute("INSERT INTO projects VALUES ('c', 't')")
+            conn.execute("INSERT INTO projects(project_id, created_at) VALUES ('c', 't')")
             raise RuntimeError("inner")
     assert conn.execute("SELECT project_id FROM projects").fetchall() == [("b",)]
     assert not conn.in_transaction
