@@ -34,3 +34,15 @@ def is_utf8_text(value: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print and encode: a file name's undecodable bytes (``os.fsdecode``'s
+    surrogate escapes) shown as ``\\xNN``, any other lone surrogate as ``\\udNNN``."""
+    if is_utf8_text(text):
+        return text
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
