@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
-from memory_core.errors import InvalidRequest
+from memory_core.errors import InvalidRequest, StorageUnavailable
 from memory_core.model import Source, validate_project_id
 
 DIR_MODE = 0o700
@@ -49,7 +49,13 @@ class FolderSources:
         folder.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         os.chmod(folder, DIR_MODE)
         for rel, data in wanted.items():
-            self._write(folder, rel, data)
+            try:
+                self._write(folder, rel, data)
+            except OSError as exc:  # a full disk, or a home so deep the path grows past PATH_MAX
+                raise StorageUnavailable(
+                    f"cannot write resource {str(rel)[:200]!r} under {folder}: {exc.strerror or exc}",
+                    resource_id=str(rel)[:200],
+                ) from exc
         keep = {str(rel) for rel in wanted}
         for path in sorted(folder.rglob("*"), reverse=True):
             rel = path.relative_to(folder).as_posix()

@@ -26,34 +26,19 @@ from memory_core.canonical import sha256_hex
 from memory_core.errors import SourceUnavailable
 from memory_core.model import ScannedResource, Source
 
-MEDIA_TYPES = {".md": "text/markdown", ".markdown": "text/markdown", ".txt": "text/plain"}
-DEFAULT_MAX_BYTES = 1_000_000
+# The rules live in the core, where fixture import applies them too (a replay scans its corpus).
+from memory_core.resource_rules import (  # noqa: F401  (re-exported for the in-memory twin and the watcher)
+    DEFAULT_MAX_BYTES,
+    MEDIA_TYPES,
+    is_hidden,
+    media_type_for,
+    text_problem,
+    too_large,
+)
+
 # A file modified this recently may change again within the clock's granularity without its
 # (size, mtime_ns) changing, so its hash is not cached yet (git's "racily clean" rule).
 RACY_WINDOW_NS = 2_000_000_000
-
-
-def media_type_for(name: str) -> str | None:
-    return MEDIA_TYPES.get(os.path.splitext(name)[1].lower())
-
-
-def is_hidden(relative_path: str) -> bool:
-    return any(part.startswith(".") for part in relative_path.split("/"))
-
-
-def text_problem(data: bytes) -> str | None:
-    """Why ``data`` is not a text resource, or None when it is."""
-    if b"\x00" in data:
-        return "binary file (contains NUL bytes)"
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return f"not valid UTF-8 (byte {exc.start})"
-    return None
-
-
-def too_large(size: int, max_bytes: int) -> str:
-    return f"{size} bytes, over the {max_bytes}-byte limit"
 
 
 class FileHashCache(Protocol):

@@ -115,9 +115,17 @@ class ClientEngine:
         return self.client.evaluation_report(project_id, case_ids).to_report()
 
     def export_evaluation_set(
-        self, *, project_id: str | None = None, case_ids: Sequence[str] | None = None, with_history: bool = False
+        self,
+        *,
+        project_id: str | None = None,
+        case_ids: Sequence[str] | None = None,
+        with_history: bool = False,
+        with_uris: bool = False,
     ) -> bytes:
-        return self.client.export_evaluation_set(project_id, case_ids=case_ids, with_history=with_history).to_bytes()
+        fixture = self.client.export_evaluation_set(
+            project_id, case_ids=case_ids, with_history=with_history, with_uris=with_uris
+        )
+        return fixture.to_bytes()
 
     def import_evaluation_set(self, data: bytes | str | Mapping[str, Any]) -> ImportResult:
         return self.client.import_evaluation_set(data)

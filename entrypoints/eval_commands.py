@@ -13,6 +13,7 @@ from rich.table import Table
 from memory_core.engine import Engine
 from memory_core.entrypoints import render
 from memory_core.entrypoints.cli import _emit_json
+from memory_core.entrypoints.wire import to_json
 from memory_core.entrypoints.wire_input import decode_json
 from memory_core.errors import InvalidRequest
 
@@ -50,6 +51,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--project")
     p.add_argument("--case", action="append", dest="cases", help="only this case (repeatable)")
     p.add_argument("--with-history", action="store_true", help="include earlier judgment versions")
+    p.add_argument(
+        "--with-uris",
+        action="store_true",
+        help="keep each resource's file:/// URI, which names local folders (default: its resource id)",
+    )
     p.add_argument("--out", required=True, help="file to write (- for stdout)")
     p = ev.add_parser("import", help="import a fixture (every hash verified; all or nothing)")
     p.add_argument("file")
@@ -120,6 +126,56 @@ def report_tables(report: Any) -> list[Any]:
     return out
 
 
+def _ids(ids: Any, shown: int = 10) -> str:
+    listed = ", ".join(ids[:shown])
+    return listed + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+
+
+def import_summary(result: Any) -> list[str]:
+    """``eval import`` for a person: what was added, what was already here."""
+    added, unchanged = result.cases_added, result.cases_unchanged
+    out = [
+        f"imported {len(added)} case{'s' * (len(added) != 1)}, {len(unchanged)} already here unchanged; "
+        f"{result.corpora_added} new corpus{'es' * (result.corpora_added != 1)}, "
+        f"{result.blobs_written} bod{'ies' if result.blobs_written != 1 else 'y'} written"
+    ]
+    if added:
+        out.append(f"  added: {_ids(added)}")
+    if unchanged:
+        out.append(f"  unchanged: {_ids(unchanged)}")
+    return out
+
+
+def _score(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def replay_summary(result: Any) -> list[Any]:
+    """``eval replay`` for a person: the verdict, the means, the corpora, then each failed case."""
+    verdict = "PASSED" if result.passed else "FAILED"
+    out: list[Any] = [f"replay gate {verdict}: {result.metric} ({result.level} level), {result.variant} vs "
+                      f"{result.baseline_variant}, max drop {result.max_drop:.3f}"]  # fmt: skip
+    if result.mean_drop is None:
+        out.append(f"no case has a relevant item to compare ({result.excluded} excluded)")
+    else:
+        out.append(
+            f"mean {_score(result.baseline_mean)} -> {_score(result.current_mean)} (drop {result.mean_drop:+.4f}) "
+            f"over {result.compared} cases; {result.excluded} without a relevant item excluded"
+        )
+    for corpus in result.corpora:
+        out.append(f"corpus {corpus.corpus_id[:12]}: {corpus.resources} resources indexed as {corpus.project_id}, "
+                   "checked equal to the frozen corpus")  # fmt: skip
+    failed = [c for c in result.cases if c.passed is False]
+    if failed:
+        table = Table(title=f"{len(failed)} cases dropped more than {result.max_drop:.3f}")
+        for col in ("case", "baseline", "current", "drop"):
+            table.add_column(col, overflow="fold")
+        for c in failed:
+            table.add_row(c.case_id, _score(c.baseline), _score(c.current), f"{c.drop:+.4f}")
+        out.append(table)
+    return out
+
+
 def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
     service = engine.evaluations()
     out = render.console()
@@ -170,7 +226,7 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
                 out.print(item)
     elif action == "export":
         data = engine.export_evaluation_set(
-            project_id=args.project, case_ids=args.cases, with_history=args.with_history
+            project_id=args.project, case_ids=args.cases, with_history=args.with_history, with_uris=args.with_uris
         )
         if args.out == "-":
             sys.stdout.buffer.write(data)
@@ -179,7 +235,11 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
             out.print(f"wrote {args.out} ({len(data):,} bytes)")
     elif action == "import":
         result = engine.import_evaluation_set(_read_json(args.file, "fixture", document=True))
-        _emit_json(result.to_dict()) if args.json else out.print(result.to_dict())
+        if args.json:
+            _emit_json(to_json(result))
+        else:
+            for line in import_summary(result):
+                out.print(line)
     elif action == "import-beir":
         from memory_core.beir import import_beir
 
@@ -208,8 +268,9 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
             baseline=baseline,
         )
         if args.json:
-            _emit_json(result.to_dict())
+            _emit_json(to_json(result))
         else:
-            out.print(result.to_dict())
+            for item in replay_summary(result):
+                out.print(item)
         return 0 if result.passed else 1
     return 0

@@ -56,10 +56,19 @@ def no_progress(stage: str, done: int, total: int) -> None:
 # -- workspaces: where the pipeline runs ----------------------------------------------------------
 
 
+@attrs.frozen
+class Prepared:
+    """What a Workspace indexed: its Effective Memory (resource_id -> resource_hash) and the
+    scan's warnings (why a file was left out)."""
+
+    resources: Mapping[str, str]
+    warnings: tuple[str, ...] = ()
+
+
 class Workspace(Protocol):
     """A place to index resources as a project and run queries over it."""
 
-    def prepare(self, project_id: str, files: Mapping[str, bytes], progress: Progress = no_progress) -> None:
+    def prepare(self, project_id: str, files: Mapping[str, bytes], progress: Progress = no_progress) -> Prepared:
         """Make ``project_id``'s only source hold exactly ``files`` (resource_id -> body); index it."""
         ...
 
@@ -84,7 +93,7 @@ class EngineWorkspace:
     engine: Engine
     write_source: WriteSource
 
-    def prepare(self, project_id: str, files: Mapping[str, bytes], progress: Progress = no_progress) -> None:
+    def prepare(self, project_id: str, files: Mapping[str, bytes], progress: Progress = no_progress) -> Prepared:
         source = self.write_source(project_id, files)
         try:
             project = self.engine.show_project(project_id).project
@@ -96,7 +105,9 @@ class EngineWorkspace:
                     f"project {project_id!r} exists with other sources; choose another project name",
                     project=project_id,
                 )
-        self.engine.index(project_id, progress=progress)
+        report = self.engine.index(project_id, progress=progress)
+        entries = self.engine.manifests.get_manifest(report.effective_memory_hash)
+        return Prepared({e.resource_id: e.resource_hash for e in entries}, report.warnings)
 
     def activate(self, project_id: str, query: str) -> str:
         run_id = self.engine.activate(project_id, query).response.run_id
@@ -371,6 +382,7 @@ __all__ = [
     "BeirDocument",
     "BeirImportResult",
     "EngineWorkspace",
+    "Prepared",
     "Workspace",
     "beir_case_id",
     "import_beir",

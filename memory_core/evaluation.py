@@ -703,11 +703,15 @@ class EvaluationService:
         project_id: str | None = None,
         case_ids: Sequence[str] | None = None,
         with_history: bool = False,
+        with_uris: bool = False,
     ) -> bytes:
-        """The self-contained JSON fixture of a project's cases, chosen cases, or all."""
+        """The self-contained JSON fixture of a project's cases, chosen cases, or all
+        (``with_uris``: keep each resource's ``file:///`` URI; otherwise its resource id)."""
         from memory_core.fixture import export_fixture
 
-        return export_fixture(self, project_id=project_id, case_ids=case_ids, with_history=with_history)
+        return export_fixture(
+            self, project_id=project_id, case_ids=case_ids, with_history=with_history, with_uris=with_uris
+        )
 
     def import_fixture(self, data: bytes | str | Mapping[str, Any]) -> ImportResult:
         """Verify a fixture whole, then store what is new (nothing on any problem)."""

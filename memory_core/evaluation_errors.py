@@ -93,6 +93,14 @@ class InvalidBeirCollection(InvalidRequest):
         self.place = place
 
 
+class EvaluationReplayCorpusMismatch(MemoryCoreError):
+    """A replay indexed another memory than a case's frozen corpus (a file its scan skipped,
+    or read otherwise); it compared nothing. ``details``: the corpus, what differs, the scan's
+    warnings."""
+
+    code = "evaluation_replay_corpus_mismatch"
+
+
 class EvaluationSetEmpty(MemoryCoreError):
     """A replay or gate found no case it may use (e.g. none reviewed)."""
 
@@ -106,6 +114,7 @@ __all__ = [
     "EvaluationCorpusNotFound",
     "EvaluationImportConflict",
     "EvaluationJudgmentConflict",
+    "EvaluationReplayCorpusMismatch",
     "EvaluationRunNotSucceeded",
     "EvaluationSetEmpty",
     "FixtureHashMismatch",

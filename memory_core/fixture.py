@@ -5,7 +5,10 @@
 "corpora": [{corpus_id, resources}], "bodies": [{sha256, byte_size, encoding, content}],
 "cases": [{..., trace, trace_hash, judgment_version, judgments, judgment_history?}], "report"}``
 
-Bodies are UTF-8 text when they decode as such, base64 otherwise. A case carries its original
+Bodies are UTF-8 text when they decode as such, base64 otherwise. A resource's ``uri`` is its
+``resource_id`` unless the export asks ``with_uris`` (a ``file:///`` URI names local folders);
+the corpus id, the trace's ``effective_memory_hash`` and the trace hash are then those of that
+portable manifest, so every check below holds for both forms. A case carries its original
 provenance (an imported case records ``fixture_import`` here and keeps the original). The file is
 canonical JSON (sorted keys, no spaces) plus a newline, so export → import → export is
 byte-identical apart from ``exported_at``.
@@ -14,7 +17,10 @@ Import checks the structure (unknown fields rejected), every body against its SH
 every manifest against its ``corpus_id``, every trace against its ``trace_hash``, every judgment
 against its case, and ids against this home (a different record under an existing id is a
 conflict) before writing anything; then blobs, then one database transaction. Unit hashes are
-format-checked only: a trace records no unit text to rehash.
+format-checked only: a trace records no unit text to rehash. Each corpus must also be one a
+replay can reproduce: resources the scanner would index exactly so (``resource_rules``: no hidden
+or over-long name, an extension it reads, a text body within its size limit, no id that would
+have to be another's folder, in resource_id order).
 """
 
 from __future__ import annotations
@@ -54,6 +60,14 @@ from memory_core.model import Layer, ManifestEntry, validate_project_id
 from memory_core.ports import BlobStore
 from memory_core.profile import MAX_QUERY_CHARS
 from memory_core.recording import CandidateRecord
+from memory_core.resource_rules import (
+    DEFAULT_MAX_BYTES,
+    media_type_for,
+    path_collisions,
+    resource_id_problem,
+    text_problem,
+    too_large,
+)
 
 FORMAT = "memory-core-evaluation-set"
 FORMAT_VERSION = 1
@@ -107,19 +121,41 @@ def case_dict(record: CaseRecord, with_history: bool) -> dict[str, Any]:
     return out
 
 
+def portable_corpus(corpus: Corpus) -> Corpus:
+    """The corpus with each ``uri`` (``file:///`` plus the source's absolute path) replaced by its
+    resource id, so that no local directory name travels; ``corpus_id`` is that manifest's hash."""
+    return Corpus.of(attrs.evolve(e, uri=e.resource_id) for e in corpus.resources)
+
+
+def _portable_record(record: CaseRecord, corpus: Corpus) -> CaseRecord:
+    """The record pointing at ``corpus`` (its portable copy): the case's corpus_id and the trace's
+    effective_memory_hash name it, and the trace hash is recomputed, so every check holds."""
+    trace = attrs.evolve(record.trace, effective_memory_hash=corpus.corpus_id)
+    case = attrs.evolve(record.case, corpus_id=corpus.corpus_id, trace_hash=trace.trace_hash)
+    return CaseRecord(case, trace, record.judgment_sets)
+
+
 def export_document(
     service: EvaluationService,
     *,
     project_id: str | None = None,
     case_ids: Sequence[str] | None = None,
     with_history: bool = False,
+    with_uris: bool = False,
     exported_at: str | None = None,
 ) -> dict[str, Any]:
     """The fixture of a project's cases, chosen cases, or all; bodies come from the blob store
-    (read verified: a missing or corrupted blob fails the export with its typed error)."""
+    (read verified: a missing or corrupted blob fails the export with its typed error).
+
+    Without ``with_uris`` each corpus travels as its ``portable_corpus`` (no local paths)."""
     cases = service.list_cases(project_id, case_ids)
     records = [_record(service, c, with_history) for c in cases]
     corpora = {c.corpus_id: service.get_corpus(c.corpus_id) for c in cases}
+    if not with_uris:
+        portable = {k: portable_corpus(v) for k, v in corpora.items()}
+        records = [_portable_record(r, portable[r.case.corpus_id]) for r in records]
+        # Corpora that differed only in their paths become one.
+        corpora = {p.corpus_id: p for p in portable.values()}
     digests = sorted({d for corpus in corpora.values() for d in corpus.digests()})
     report = service.report(project_id=project_id, case_ids=[c.case_id for c in cases])
     return {
@@ -156,11 +192,17 @@ def export_fixture(
     project_id: str | None = None,
     case_ids: Sequence[str] | None = None,
     with_history: bool = False,
+    with_uris: bool = False,
     exported_at: str | None = None,
 ) -> bytes:
     return dump(
         export_document(
-            service, project_id=project_id, case_ids=case_ids, with_history=with_history, exported_at=exported_at
+            service,
+            project_id=project_id,
+            case_ids=case_ids,
+            with_history=with_history,
+            with_uris=with_uris,
+            exported_at=exported_at,
         )
     )
 
@@ -554,8 +596,48 @@ def _corpora(raw: list[dict[str, Any]], bodies: Mapping[str, bytes]) -> dict[str
                     f"resource {e.resource_id!r} has {len(data)} bytes, not {e.byte_size}",
                     place=f"{place}/resources/{k}/byte_size",
                 )
+        _replayable(entries, bodies, place)
         out[corpus.corpus_id] = corpus
     return out
+
+
+def _unreplayable(place: str, resource_id: str, field: str, reason: str) -> InvalidFixture:
+    shown = resource_id[:200]  # a 1 MB id must not make a 1 MB message
+    return InvalidFixture(
+        f"resource {shown!r} {reason}; a replay could not index it as frozen",
+        place=f"{place}/{field}",
+        resource_id=shown,
+        reason=reason,
+    )
+
+
+def _replayable(entries: Sequence[ManifestEntry], bodies: Mapping[str, bytes], place: str) -> None:
+    """A replay writes each resource as a file and scans the folder again: every resource must be
+    one the scanner yields exactly as frozen (same id, media type and body), or the replay would
+    crash or index another memory. The scanner's own rules decide (``resource_rules``)."""
+    for k, e in enumerate(entries):
+        at = f"{place}/resources/{k}"
+        problem = resource_id_problem(e.resource_id)
+        if problem:
+            raise _unreplayable(at, e.resource_id, "resource_id", problem)
+        if k and entries[k - 1].resource_id >= e.resource_id:
+            # An Effective Memory manifest is sorted by resource id; a scan sorts it again.
+            raise _unreplayable(at, e.resource_id, "resource_id", "is out of resource_id order")
+        expected = media_type_for(e.resource_id)
+        if e.media_type != expected:
+            raise _unreplayable(
+                at, e.resource_id, "media_type", f"has media type {e.media_type!r}; its name makes it {expected!r}"
+            )
+        data = bodies[e.resource_hash]
+        body_problem = too_large(len(data), DEFAULT_MAX_BYTES) if len(data) > DEFAULT_MAX_BYTES else text_problem(data)
+        if body_problem:
+            raise _unreplayable(at, e.resource_id, "resource_hash", f"has a body the scanner skips ({body_problem})")
+    collisions = path_collisions(e.resource_id for e in entries)
+    for k, e in enumerate(entries):
+        if e.resource_id in collisions:
+            parent = collisions[e.resource_id]
+            reason = f"needs {parent[:200]!r} to be a folder, but that is a resource too"
+            raise _unreplayable(f"{place}/resources/{k}", e.resource_id, "resource_id", reason)
 
 
 def _records(raw: list[dict[str, Any]], corpora: Mapping[str, Corpus]) -> tuple[CaseRecord, ...]:
@@ -698,10 +780,16 @@ class ImportResult:
         }
 
 
-def _same_record(service: EvaluationService, incoming: CaseRecord) -> bool:
+def _same_record(service: EvaluationService, incoming: CaseRecord, corpus: Corpus) -> bool:
+    """The case here and ``incoming`` (over ``corpus``) are one record when their portable forms
+    are: a case exported with or without its URIs is the same case."""
     existing = service.get_case(incoming.case.case_id)
     mine = _record(service, existing, with_history=False)
     theirs = CaseRecord(incoming.case, incoming.trace, incoming.judgment_sets[-1:])
+    if canonical_json(case_dict(mine, False)) == canonical_json(case_dict(theirs, False)):
+        return True
+    mine = _portable_record(mine, portable_corpus(service.get_corpus(existing.corpus_id)))
+    theirs = _portable_record(theirs, portable_corpus(corpus))
     return canonical_json(case_dict(mine, False)) == canonical_json(case_dict(theirs, False))
 
 
@@ -729,7 +817,7 @@ def import_fixture(service: EvaluationService, data: bytes | str | Mapping[str, 
     for record in loaded.records:
         if record.case.case_id not in known:
             added.append(record)
-        elif _same_record(service, record):
+        elif _same_record(service, record, loaded.corpora[record.case.corpus_id]):
             unchanged.append(record.case.case_id)
         else:
             raise EvaluationImportConflict(
@@ -761,7 +849,8 @@ def import_fixture(service: EvaluationService, data: bytes | str | Mapping[str, 
 def evaluation_set(
     service: EvaluationService, *, project_id: str | None = None, case_ids: Sequence[str] | None = None
 ) -> EvaluationSet:
-    """This home's cases as a verified EvaluationSet (to replay the live set without a file)."""
+    """This home's cases as a verified EvaluationSet (to replay the live set without a file), as
+    a portable export has them: the live set and its export replay in the same projects."""
     return load_fixture(export_document(service, project_id=project_id, case_ids=case_ids))
 
 

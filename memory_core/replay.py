@@ -2,8 +2,11 @@
 pipeline as variant ``current`` and compare its nDCG@10 with the baseline's B4.
 
 For each corpus of the set, the Workspace indexes its frozen bodies as a project
-(``<prefix>-<corpus_id[:12]>``, one source holding ``resource_id -> body``); each case's query runs
-through it and the final order is graded with the case's current judgments. The baseline is the
+(``<prefix>-<corpus_id[:12]>``, one source holding ``resource_id -> body``) and the memory it
+indexed must be that corpus, every resource id with its frozen hash (anything else is
+``EvaluationReplayCorpusMismatch``, before any case is compared: a gate over another memory
+proves nothing); each case's query runs through it and the final order is graded with the
+case's current judgments. The baseline is the
 B4 nDCG@10 of each case's frozen trace, or a baseline report's ``per_case`` values.
 
 A case fails when its drop (baseline - current) exceeds ``max_drop``; the gate fails when the mean
@@ -21,10 +24,10 @@ from typing import Any
 
 import attrs
 
-from memory_core.beir import Workspace, no_progress
+from memory_core.beir import Prepared, Workspace, no_progress
 from memory_core.errors import InvalidRequest
-from memory_core.evaluation import JudgmentSet
-from memory_core.evaluation_errors import EvaluationSetEmpty
+from memory_core.evaluation import Corpus, JudgmentSet
+from memory_core.evaluation_errors import EvaluationReplayCorpusMismatch, EvaluationSetEmpty
 from memory_core.evaluation_report import BASELINE, NDCG, variant_ranking
 from memory_core.fixture import EvaluationSet
 from memory_core.indexing import Progress
@@ -32,6 +35,7 @@ from memory_core.metrics import MetricLevel, grade, ndcg_at
 
 CURRENT = "current"
 TOLERANCE = 1e-12  # float noise never fails a gate
+SHOWN = 20  # resource ids (and warnings) an error lists at most
 
 
 @attrs.frozen
@@ -47,7 +51,19 @@ class ReplayCase:
 
 
 @attrs.frozen
+class ReplayCorpus:
+    """One frozen corpus as the replay indexed it (checked equal to the corpus)."""
+
+    corpus_id: str
+    project_id: str
+    resources: int
+
+
+@attrs.frozen
 class ReplayResult:
+    """The gate's outcome. Every value is a field (none derived on the fly), so ``to_dict`` and
+    the CLI's wire converter give the same document; ``of`` derives the counts."""
+
     level: str
     max_drop: float
     cases: tuple[ReplayCase, ...]
@@ -55,35 +71,30 @@ class ReplayResult:
     current_mean: float | None
     mean_drop: float | None
     passed: bool
+    corpora: tuple[ReplayCorpus, ...]
+    compared: int
+    excluded: int
+    failed_cases: tuple[str, ...]
+    variant: str = CURRENT
+    baseline_variant: str = BASELINE.name
+    metric: str = NDCG
 
-    @property
-    def compared(self) -> int:
-        return sum(1 for c in self.cases if c.passed is not None)
-
-    @property
-    def excluded(self) -> int:
-        return len(self.cases) - self.compared
-
-    @property
-    def failed_cases(self) -> list[str]:
-        return [c.case_id for c in self.cases if c.passed is False]
+    @classmethod
+    def of(
+        cls,
+        level: str,
+        max_drop: float,
+        cases: tuple[ReplayCase, ...],
+        means: tuple[float | None, float | None, float | None],
+        passed: bool,
+        corpora: tuple[ReplayCorpus, ...] = (),
+    ) -> ReplayResult:
+        compared = sum(1 for c in cases if c.passed is not None)
+        failed = tuple(c.case_id for c in cases if c.passed is False)
+        return cls(level, max_drop, cases, *means, passed, corpora, compared, len(cases) - compared, failed)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "variant": CURRENT,
-            "baseline_variant": BASELINE.name,
-            "metric": NDCG,
-            "level": self.level,
-            "max_drop": self.max_drop,
-            "compared": self.compared,
-            "excluded": self.excluded,
-            "baseline_mean": self.baseline_mean,
-            "current_mean": self.current_mean,
-            "mean_drop": self.mean_drop,
-            "passed": self.passed,
-            "failed_cases": self.failed_cases,
-            "cases": [c.to_dict() for c in self.cases],
-        }
+        return attrs.asdict(self, value_serializer=lambda _, __, v: list(v) if isinstance(v, tuple) else v)
 
 
 def baseline_from_report(
@@ -133,10 +144,14 @@ def replay(
             cases=len(evaluation_set.records),
         )
     projects: dict[str, str] = {}
+    corpora: list[ReplayCorpus] = []
     for corpus_id in dict.fromkeys(r.case.corpus_id for r in records):
         project_id = f"{project_prefix}-{corpus_id[:12]}"
-        workspace.prepare(project_id, evaluation_set.files(corpus_id), progress)
+        prepared = workspace.prepare(project_id, evaluation_set.files(corpus_id), progress)
+        corpus = evaluation_set.corpora[corpus_id]
+        check_indexed(corpus, prepared, project_id)
         projects[corpus_id] = project_id
+        corpora.append(ReplayCorpus(corpus_id, project_id, len(corpus.resources)))
     results = []
     for done, r in enumerate(records, start=1):
         current_set = r.judgment_sets[-1] if r.judgment_sets else JudgmentSet(r.case.case_id, 0, (), None)
@@ -155,9 +170,40 @@ def replay(
         progress("replay", done, len(records))
     compared = [c for c in results if c.drop is not None]
     if not compared:
-        return ReplayResult(level.value, threshold, tuple(results), None, None, None, True)
+        return ReplayResult.of(level.value, threshold, tuple(results), (None, None, None), True, tuple(corpora))
     baseline_mean = math.fsum(c.baseline or 0.0 for c in compared) / len(compared)
     current_mean = math.fsum(c.current or 0.0 for c in compared) / len(compared)
     mean_drop = baseline_mean - current_mean
     passed = mean_drop <= threshold + TOLERANCE
-    return ReplayResult(level.value, threshold, tuple(results), baseline_mean, current_mean, mean_drop, passed)
+    means = (baseline_mean, current_mean, mean_drop)
+    return ReplayResult.of(level.value, threshold, tuple(results), means, passed, tuple(corpora))
+
+
+def check_indexed(corpus: Corpus, prepared: Prepared, project_id: str) -> None:
+    """The replay project's Effective Memory must be the frozen corpus: the same resource ids,
+    each with its frozen hash. Paths, layers and so the manifest hash may differ (the bodies
+    were written to another folder); what ranking and grading read may not."""
+    frozen = corpus.hashes()
+    indexed = dict(prepared.resources)
+    if indexed == frozen:
+        return
+    missing = sorted(set(frozen) - set(indexed))
+    unexpected = sorted(set(indexed) - set(frozen))
+    changed = sorted(k for k in set(frozen) & set(indexed) if frozen[k] != indexed[k])
+    parts = [
+        f"{len(ids)} {what} (first: {ids[0][:200]!r})"
+        for ids, what in ((missing, "left out"), (unexpected, "not in the corpus"), (changed, "read differently"))
+        if ids
+    ]
+    raise EvaluationReplayCorpusMismatch(
+        f"replay project {project_id!r} indexed another memory than corpus {corpus.corpus_id[:12]}: "
+        + ", ".join(parts)
+        + (f"; the scan said: {prepared.warnings[0]}" if prepared.warnings else "")
+        + "; nothing was compared",
+        corpus_id=corpus.corpus_id,
+        project_id=project_id,
+        missing=missing[:SHOWN],
+        unexpected=unexpected[:SHOWN],
+        changed=changed[:SHOWN],
+        warnings=list(prepared.warnings[:SHOWN]),
+    )

@@ -150,6 +150,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "evaluation_judgment_conflict": 409,
     "evaluation_import_conflict": 409,
     "evaluation_set_empty": 409,
+    "evaluation_replay_corpus_mismatch": 409,
 }
 
 
@@ -426,6 +427,15 @@ class ExportEvaluationSetRequest:
     case_ids: tuple[str, ...] | None = None
     with_history: bool = attrs.field(
         default=False, metadata={"schema": {"description": "include earlier judgment versions"}}
+    )
+    with_uris: bool = attrs.field(
+        default=False,
+        metadata={
+            "schema": {
+                "description": "keep each resource's file:/// URI (local paths); by default a resource's uri is "
+                "its resource_id"
+            }
+        },
     )
 
 

@@ -208,11 +208,17 @@ class DaemonClient:
         return self.call("evaluation_report", request)  # type: ignore[no-any-return]
 
     def export_evaluation_set(
-        self, project_id: str | None = None, *, case_ids: Iterable[str] | None = None, with_history: bool = False
+        self,
+        project_id: str | None = None,
+        *,
+        case_ids: Iterable[str] | None = None,
+        with_history: bool = False,
+        with_uris: bool = False,
     ) -> api.EvaluationFixture:
         """The fixture document; ``.to_bytes()`` is the file an embedded export writes."""
-        request = api.ExportEvaluationSetRequest(project_id, None if case_ids is None else tuple(case_ids),
-                                                 with_history)
+        request = api.ExportEvaluationSetRequest(
+            project_id, None if case_ids is None else tuple(case_ids), with_history, with_uris
+        )
         return self.call("export_evaluation_set", request)  # type: ignore[no-any-return]
 
     def import_evaluation_set(self, fixture: bytes | str | Mapping[str, Any] | api.EvaluationFixture) -> ImportResult:

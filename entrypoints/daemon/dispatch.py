@@ -348,7 +348,11 @@ def export_evaluation_set(ctx: Context, req: api.ExportEvaluationSetRequest) -> 
 
     # The document, not its bytes: the client writes the same bytes with fixture.dump.
     document = export_document(
-        ctx.engine.evaluations(), project_id=req.project_id, case_ids=req.case_ids, with_history=req.with_history
+        ctx.engine.evaluations(),
+        project_id=req.project_id,
+        case_ids=req.case_ids,
+        with_history=req.with_history,
+        with_uris=req.with_uris,
     )
     return api.EvaluationFixture(document)
 

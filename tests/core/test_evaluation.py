@@ -737,7 +737,7 @@ class Reversed:
         self.inner = inner
 
     def prepare(self, project_id, files, progress=None):  # type: ignore[no-untyped-def]
-        self.inner.prepare(project_id, files)
+        return self.inner.prepare(project_id, files)
 
     def activate(self, project_id: str, query: str) -> str:
         return self.inner.activate(project_id, query)

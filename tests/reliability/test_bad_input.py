@@ -38,7 +38,6 @@ from memory_core.evaluation_errors import InvalidFixture
 from memory_core.fixture import load_fixture
 from memory_core.model import ManifestEntry
 from memory_core.profile import MAX_QUERY_CHARS
-from memory_core.replay import replay
 
 from .harness import PROJECT, Seeded, engine_for, files_under, restart_and_verify, seed_home, table_counts
 
@@ -339,19 +338,21 @@ def test_damaged_fixture_bytes_are_refused_with_nothing_written(
 def test_path_traversal_in_a_fixture_never_writes_outside_its_folder(
     exported: dict[str, Any], target: Callable[..., Target], tmp_path: Path
 ) -> None:
-    """Resource ids are data in the database; only a replay turns them into file names, and the
-    replay's folder writer refuses any id that would leave its folder."""
+    """A resource id becomes a file name only in a replay: import refuses an id no scan could
+    have produced (a ``..`` component is hidden to the scanner), and the replay's folder writer
+    refuses, again, any id that would leave its folder."""
     doc = copy.deepcopy(exported)
     for corpus in doc["corpora"]:
         for r in corpus["resources"]:
             r["resource_id"] = "../../../escaped-" + r["resource_id"]
     reseal(doc)
-    assert import_outcome(target(), json.dumps(doc).encode()) == "accepted"
-    loaded = load_fixture(json.dumps(doc).encode())
+    assert import_outcome(target(), json.dumps(doc).encode()) == "refused:invalid_evaluation_fixture"
+    with pytest.raises(InvalidFixture, match="starting with '.'") as refused:
+        load_fixture(json.dumps(doc).encode())
+    assert refused.value.details["resource_id"].startswith("../../../escaped-")
     sources = tmp_path / "deep" / "er" / "sources"
-    engine = engine_for(tmp_path / "replay-home")
     with pytest.raises(InvalidRequest, match="not a plain relative path"):
-        replay(loaded, EngineWorkspace(engine, FolderSources(sources)), include_unreviewed=True)
+        FolderSources(sources)("replay-x", {"../../../escaped-a.md": b"# A\n"})
     assert not list(tmp_path.rglob("escaped-*"))
 
 
