@@ -592,21 +592,24 @@ class Watcher:
             self._cond.notify_all()
         return future.result(timeout)
 
+    @staticmethod
+    def _pending(state: _State | None) -> bool:
+        """A re-index is queued or running for changes seen (none is while a source is missing)."""
+        if state is None or not state.indexed:
+            return False
+        return state.indexing or (state.seen != state.covered and state.state != SOURCE_UNAVAILABLE)
+
     def reindex_pending(self, project_id: str) -> bool:
-        """Changes were seen that no finished re-index covers yet (it is queued or running)."""
+        """Changes were seen that no finished re-index covers yet, and one is queued or running."""
         with self._cond:
-            state = self._states.get(project_id)
-            return state is not None and state.indexed and (state.seen != state.covered or state.indexing)
+            return self._pending(self._states.get(project_id))
 
     def wait_current(self, project_id: str, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` until no re-index is pending for the project; True when none is."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while True:
-                state = self._states.get(project_id)
-                pending = state is not None and state.indexed and state.state != SOURCE_UNAVAILABLE and (
-                    state.seen != state.covered or state.indexing
-                )
+                pending = self._pending(self._states.get(project_id))
                 left = deadline - time.monotonic()
                 if not pending or left <= 0:
                     return not pending
@@ -629,7 +632,7 @@ class Watcher:
             last_change_at=s.last_change_at,
             last_change_paths=s.last_change_paths,
             pending_changes=len(s.changed),
-            reindex_pending=s.indexed and (s.seen != s.covered or s.indexing),
+            reindex_pending=self._pending(s),
             indexing=s.indexing,
             progress=s.progress,
             last_reindex=s.last_reindex,

@@ -14,10 +14,13 @@ import sys
 import time
 from typing import Any
 
+from rich.markup import escape
+
 from memory_core.adapters.watcher import DEBOUNCE_MS, STEP_MS, ProjectHealth, ReindexRecord
 from memory_core.entrypoints import render, wire
 
 FOLLOW_POLL_S = 1.0
+WATCH_START_S = 10.0
 
 
 def daemon_health(engine: Any, name: str) -> tuple[bool, ProjectHealth | None]:
@@ -52,7 +55,7 @@ def health_lines(health: ProjectHealth | None, *, daemon: bool, index_behind: bo
     mode = {"watching": "yes", "polling": "yes, by polling"}.get(health.state, f"no ({health.state})")
     lines = [f"watching: {mode}" + ("" if health.healthy else "  [red]unhealthy[/]")]
     if health.last_change_at:
-        paths = ", ".join(health.last_change_paths) or "-"
+        paths = escape(", ".join(health.last_change_paths) or "-")
         lines.append(f"last change seen: {health.last_change_at} ({paths})")
     else:
         lines.append("last change seen: none since the daemon started")
@@ -63,13 +66,16 @@ def health_lines(health: ProjectHealth | None, *, daemon: bool, index_behind: bo
         pending += f", re-indexing now ({health.progress or 'starting'})"
     elif health.reindex_pending:
         pending += ", re-index queued"
+    elif health.state == "source_unavailable" and health.pending_changes:
+        pending += ", re-indexed when the source is back"
     elif not health.indexed:
         pending += " (not indexed yet: the first `memcore index` is yours to run)"
     lines.append(f"pending: {pending}")
     if health.error is not None:
-        lines.append(f"error: [{health.error.code}] {health.error.message} (since {health.error.at})")
+        lines.append(escape(f"error: [{health.error.code}] {health.error.message} (since {health.error.at})"))
     if health.last_error is not None and health.last_error != health.error:
-        lines.append(f"last error: [{health.last_error.code}] {health.last_error.message} ({health.last_error.at})")
+        last_error = health.last_error
+        lines.append(escape(f"last error: [{last_error.code}] {last_error.message} ({last_error.at})"))
     return lines
 
 
@@ -100,7 +106,7 @@ def _line(as_json: bool, name: str, record: ReindexRecord) -> None:
     if as_json:
         sys.stdout.write(json.dumps({"project": name, **wire.to_json(record)}) + "\n")
     else:
-        render.console().print(f"{name}: re-indexed {_when(record)}")
+        render.console().print(escape(f"{name}: re-indexed {_when(record)}"))
     sys.stdout.flush()
 
 
@@ -112,7 +118,7 @@ def _say_error(name: str, health: ProjectHealth | None, said: Any, as_json: bool
             sys.stdout.write(json.dumps({"project": name, "error": wire.to_json(error)}) + "\n")
             sys.stdout.flush()
         else:
-            render.console().print(f"[red]{name}: {error.message}[/]")
+            render.console().print(f"[red]{escape(f'{name}: {error.message}')}[/]")
     return error
 
 
@@ -127,6 +133,9 @@ def index_watch(engine: Any, args: argparse.Namespace) -> int:
 
         watcher = Watcher(engine, only={name}, on_reindex=lambda pid, rec: _line(args.json, pid, rec))
         watcher.start()
+        deadline = time.monotonic() + WATCH_START_S
+        while time.monotonic() < deadline and not any(h.watching or h.error for h in watcher.health(name)):
+            time.sleep(0.05)  # say "watching" once the watch is up, not before
         if not args.json:
             out.print(f"watching {name}: a change re-indexes after {STEP_MS} ms without another (changes are "
                       f"grouped for at most {DEBOUNCE_MS} ms); Ctrl-C to stop")

@@ -60,6 +60,7 @@ from memory_core.recording import (
 )
 
 API_VERSION = "1.2.0"  # 1.1: Evaluation Set methods; 1.2: Project Local Storage, remove_project purge
+MAX_WAIT_FOR_INDEX_MS = 60_000  # activate_memory's wait for a pending re-index, at most
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a 10,000-unit activation state is about 0.9 MiB
 # import_evaluation_set carries whole fixtures (corpus bodies included): its own, larger limit.
 MAX_IMPORT_BODY_BYTES = 256 << 20
@@ -279,6 +280,13 @@ class ActivateMemoryRequest:
     activation_state: ActivationState | None = attrs.field(
         default=None,
         metadata={"schema": {"description": "what the agent already holds: the previous answer's activation_state"}},
+    )
+    wait_for_index_ms: int = attrs.field(
+        default=0,
+        metadata={"schema": {"minimum": 0, "maximum": MAX_WAIT_FOR_INDEX_MS, "description": (
+            "wait up to this long for a re-index the daemon's watcher has pending for the project (changes it "
+            "saw, not yet served) before ranking; 0 (the default) answers at once from the current generation"
+        )}},
     )
 
 

@@ -144,8 +144,9 @@ class DaemonClient:
         *,
         budget: int | None = None,
         activation_state: ActivationState | None = None,
+        wait_for_index_ms: int = 0,
     ) -> ActivationResponse:
-        request = api.ActivateMemoryRequest(project_id, query, budget, activation_state)
+        request = api.ActivateMemoryRequest(project_id, query, budget, activation_state, wait_for_index_ms)
         return self.call("activate_memory", request)  # type: ignore[no-any-return]
 
     def list_retrieval_runs(

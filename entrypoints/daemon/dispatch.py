@@ -67,7 +67,9 @@ class Method:
     summary: str
     errors: tuple[type[MemoryCoreError], ...] = ()  # typical errors, for the contract
     allow_get: bool = False  # read-only and input-free: ``curl`` without ``-X POST`` works too
-    uses_engine: bool = True  # False: answers from process state, even while the engine is busy
+    # False: the handler takes the engine lock itself (``Context.engine_held``) if at all: process
+    # state answers even while the engine is busy, and a wait need not hold the lock.
+    uses_engine: bool = True
     max_body_bytes: int | None = None  # this method's own request size limit (None: the app's)
 
 
@@ -92,10 +94,16 @@ class Context:
         """Run a handler; blocking, so the app calls it from a worker thread."""
         if not method.uses_engine:
             return method.handler(self, request)
+        with self.engine_held():
+            return method.handler(self, request)
+
+    @contextlib.contextmanager
+    def engine_held(self) -> Iterator[None]:
+        """Hold the engine lock, counted in ``in_flight`` while queued or running."""
         self._count(+1)
         try:
             with self.engine_lock:
-                return method.handler(self, request)
+                yield
         finally:
             self._count(-1)
 
@@ -195,16 +203,21 @@ def index_project(ctx: Context, req: api.IndexProjectRequest) -> IndexReport:
         # On the watcher's worker: never two builds of a project at once, and activations keep
         # serving the current generation meanwhile (the worker has its own connections).
         return ctx.watcher.index_now(req.project_id, force=req.force)
-    ctx._count(+1)
-    try:
-        with ctx.engine_lock:
-            return ctx.engine.index(req.project_id, force=req.force)
-    finally:
-        ctx._count(-1)
+    with ctx.engine_held():
+        return ctx.engine.index(req.project_id, force=req.force)
 
 
 def activate_memory(ctx: Context, req: api.ActivateMemoryRequest) -> ActivationResponse:
-    activation = ctx.engine.activate(req.project_id, req.query, budget=req.budget, state=req.activation_state)
+    if not 0 <= req.wait_for_index_ms <= api.MAX_WAIT_FOR_INDEX_MS:
+        raise InvalidRequest(
+            f"wait_for_index_ms must be an integer from 0 to {api.MAX_WAIT_FOR_INDEX_MS}",
+            wait_for_index_ms=req.wait_for_index_ms,
+        )
+    if req.wait_for_index_ms and ctx.watcher is not None:
+        # Before the engine lock: other activations are served while this one waits.
+        ctx.watcher.wait_current(req.project_id, req.wait_for_index_ms / 1000)
+    with ctx.engine_held():
+        activation = ctx.engine.activate(req.project_id, req.query, budget=req.budget, state=req.activation_state)
     return activation.response
 
 
@@ -393,7 +406,7 @@ METHODS: tuple[Method, ...] = (
     Method("activate_memory", api.ActivateMemoryRequest, ActivationResponse, activate_memory,
            "Rank the project's memory for a query and return fragments with their delta.",
            (InvalidQuery, InvalidBudget, InvalidActivationState, ProjectNotFound, ProjectNotIndexed,
-            RetrievalFailed)),
+            RetrievalFailed), uses_engine=False),
     Method("list_retrieval_runs", api.ListRetrievalRunsRequest, RunPage, list_retrieval_runs,
            "Recorded Retrieval Runs, newest first, filtered and paged (keyset cursor).", allow_get=True),
     Method("get_retrieval_run", api.GetRetrievalRunRequest, RunDetail, get_retrieval_run,

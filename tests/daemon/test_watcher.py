@@ -233,3 +233,20 @@ def test_the_watch_limit_falls_back_to_polling_with_a_clear_error(tmp_path: Path
 def add_indexed_polling(daemon: Daemon, name: str, source: Path) -> None:
     daemon.client.add_project(name, [Source(str(source))])
     assert daemon.client.index_project(name).status == "built"
+
+
+def test_an_activation_may_wait_for_the_pending_reindex(daemon: Daemon, tmp_path: Path) -> None:
+    from memory_core.errors import InvalidRequest
+
+    source = memory_folder(tmp_path / "memory")
+    add_indexed(daemon, "waits", source)
+    with pytest.raises(InvalidRequest, match="wait_for_index_ms"):
+        daemon.client.activate_memory("waits", "okapi", wait_for_index_ms=-1)
+    seen = health(daemon, "waits")
+    editor_save(source / "notes.txt", "The okapi waits for its index.\n")
+    wait_for("the change seen", lambda: (h := health(daemon, "waits")) is not None and h.last_change_at != (
+        seen.last_change_at if seen else None))
+    # Seen but (a re-index takes seconds) not yet served: the request waits for it, then ranks.
+    response = daemon.client.activate_memory("waits", "okapi index", wait_for_index_ms=60_000)
+    assert any("okapi" in (f.text or "") for f in response.fragments)
+    assert not response.freshness.reindex_pending and not response.freshness.index_behind
