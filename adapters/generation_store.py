@@ -276,7 +276,7 @@ class FileGenerationStore:
             if _overlaps(dest, other):
                 raise refuse(
                     "overlaps",
-                    f"{str(dest)!r} is inside or around {str(other)!r}, which holds other Local Storage",
+                    f"{str(dest)!r} is inside or around {str(other)!r} (Local Storage or a memory source)",
                 )
         if dest.exists() and not dest.is_dir():
             raise refuse("not_a_directory", f"{str(dest)!r} exists and is not a directory")

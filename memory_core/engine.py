@@ -311,7 +311,11 @@ class Engine:
         owner-only), switch the catalog to them in one transaction, then delete the old copy.
         Any failure before the switch removes the new copies and leaves the old ones serving."""
         self.catalog.get_project(name)
-        others = [self.generations.location(p.project_id) for p in self.catalog.list_projects() if p.project_id != name]
+        projects = self.catalog.list_projects()
+        # Not inside another project's storage (removing one would delete the other), nor in
+        # or around a memory source (the generations would become memory, and watched).
+        others = [self.generations.location(p.project_id) for p in projects if p.project_id != name]
+        others += [Path(s.path) for p in projects for s in p.sources]
         old = self.generations.location(name)
         dest = self.generations.prepare_location(name, Path(destination), others)
         pointed = {

@@ -174,13 +174,14 @@ def test_move_refuses_unusable_destinations(home: tuple[Path, Engine], tmp_path:
         "not_a_directory": a_file,
         "overlaps": projects / "beta" / "inside",  # inside another project's storage
         "same_location": projects / "beta",
+        "overlaps ": base / "alpha" / "index",  # inside a memory source
         # mkdir under /sys is refused even to root: a directory nobody may write.
         "not_writable": Path("/sys/memcore-storage-test"),
     }
     for reason, dest in cases.items():
         with pytest.raises(InvalidStorageLocation) as caught:
             engine.move_project_storage("beta", dest)
-        assert caught.value.details["reason"] == reason, (reason, caught.value.message)
+        assert caught.value.details["reason"] == reason.strip(), (reason, caught.value.message)
     assert (full / "keep.txt").read_text() == "mine" and sorted(os.listdir(full)) == ["keep.txt"]
     assert engine.project_storage("beta").default_location
     with pytest.raises(ProjectNotFound):
