@@ -5,6 +5,7 @@ every answer is a Run the daemon serves back through ``get_retrieval_run``."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -169,3 +170,103 @@ def test_an_agent_activates_memory_through_mcp(tmp_path: Path) -> None:
         if paths.read_info(home) is not None:
             stop_daemon(home)
     assert not paths.default_socket_path(home).exists()
+
+
+# -- every request gets an answer (issue 14 item 4) -------------------------------------------------
+def _nested(levels: int) -> list[Any]:
+    root: list[Any] = []
+    node = root
+    for _ in range(levels - 1):
+        node.append([])
+        node = node[0]
+    return root
+
+
+async def drive_refused(home: Path, stderr: Path) -> dict[str, Any]:
+    """The official client sends what it can serialize: activation_state 200 levels deep (past
+    the decoder's 64; the SDK's own parser dropped such lines and the call waited forever)."""
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "memory_core", "--home", str(home), "mcp"], cwd=str(ROOT),
+        env={"TMPDIR": str(home.parent / "tmp"), "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    seen: dict[str, Any] = {}
+    with stderr.open("w") as errlog:
+        async with stdio_client(server, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            with anyio.fail_after(60):  # a hang fails here instead of waiting forever
+                seen["deep"] = await session.call_tool(
+                    "activate_memory", {"project": "notes", "query": "q", "activation_state": {"units": _nested(200)}}
+                )
+                seen["tools"] = (await session.list_tools()).tools  # still serving
+    return seen
+
+
+def test_a_deeply_nested_activation_state_from_the_official_client_is_a_tool_error(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (tmp_path / "tmp").mkdir()
+    seen = anyio.run(drive_refused, home, tmp_path / "mcp.stderr")
+    deep = seen["deep"]
+    assert deep.is_error and deep.structured_content["error"]["code"] == "invalid_request"
+    assert deep.structured_content["error"]["details"]["reason"] == "too_deep"
+    assert [t.name for t in seen["tools"]] == ["activate_memory"]
+    assert paths.read_info(home) is None, "a refused line must not reach (or start) the daemon"
+    assert "Traceback" not in (tmp_path / "mcp.stderr").read_text()
+
+
+def _call(request_id: int, arguments: str) -> bytes:
+    return (f'{{"jsonrpc": "2.0", "id": {request_id}, "method": "tools/call", '
+            f'"params": {{"name": "activate_memory", "arguments": {arguments}}}}}').encode()  # fmt: skip
+
+
+HASH = "ab" * 32
+RAW_LINES: dict[int | None, bytes] = {
+    1: _call(1, '{"project": "notes", "query": "\\ud800 rollback"}'),
+    2: _call(2, '{"project": "notes", "query": "q", "activation_state": {"units": [{"unit_id": "\\udc80", '
+                f'"unit_hash": "{HASH}"}}]}}}}'),
+    3: _call(3, '{"project": "notes", "query": "q", "activation_state": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+    4: _call(4, '{"project": "notes", "query": "q", "query": "r"}'),
+    5: _call(5, '{"project": "notes", "query": "q", "budget": NaN}'),
+    6: b'{"jsonrpc": "2.0", "id": 6, "method": "tools/list", "params": {"cursor": "\\ud800"}}',
+    7: b'{"jsonrpc": "2.1", "id": 7, "method": "ping"}',
+}
+EXPECTED_TOOL_ERRORS = {1: ("invalid_request", "lone_surrogate"), 2: ("invalid_request", "lone_surrogate"),
+                        3: ("invalid_request", "too_deep"), 4: ("invalid_request", "duplicate_key"),
+                        5: ("invalid_json", "invalid_json")}  # fmt: skip
+
+
+def test_every_raw_line_gets_an_answer(tmp_path: Path) -> None:
+    """Raw lines on ``memcore mcp``'s stdin, as a client with its own JSON writer sends them."""
+    home = tmp_path / "home"
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}
+    lines = [json.dumps(init).encode(), b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+             *RAW_LINES.values(),
+             b'{"jsonrpc": "2.0", "id": 8, "method": "tools/call"', b"not json", b"\xff\xfe{}", b"",
+             b'{"jsonrpc": "2.0", "id": 9, "method": "ping"}']  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "memory_core", "--home", str(home), "mcp"], cwd=ROOT, input=b"\n".join(lines) + b"\n",
+        capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr.decode(errors="replace")
+    replies = [json.loads(line) for line in done.stdout.decode("utf-8").splitlines()]
+    by_id: dict[Any, list[dict[str, Any]]] = {}
+    for reply in replies:
+        by_id.setdefault(reply["id"], []).append(reply)
+    for request_id, (code, reason) in EXPECTED_TOOL_ERRORS.items():
+        (reply,) = by_id[request_id]
+        result = reply["result"]
+        assert result["isError"], reply
+        assert result["structuredContent"]["error"]["code"] == code, reply
+        assert result["structuredContent"]["error"]["details"]["reason"] == reason, reply
+    assert by_id[1][0]["result"]["structuredContent"]["error"]["details"]["path"] == "$.params.arguments.query"
+    assert by_id[2][0]["result"]["structuredContent"]["error"]["details"]["path"] == (
+        "$.params.arguments.activation_state.units[0].unit_id")
+    assert by_id[6][0]["error"]["code"] == -32600 and by_id[6][0]["error"]["data"]["error"]["code"] == "invalid_request"
+    assert by_id[7][0]["error"]["code"] == -32600  # JSON, but not a JSON-RPC 2.0 message
+    # No id to be read: JSON-RPC's parse error with a null id, one per line (the blank line: none).
+    assert [r["error"]["code"] for r in by_id[None]] == [-32700, -32700, -32700]
+    assert by_id[9] == [{"jsonrpc": "2.0", "id": 9, "result": {}}]  # and it still serves
+    assert paths.read_info(home) is None
