@@ -13,6 +13,8 @@ import copy
 import itertools
 import json
 import math
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +34,8 @@ from memory_core.beir import EngineWorkspace, import_beir
 from memory_core.canonical import sha256_hex
 from memory_core.engine import Engine
 from memory_core.entrypoints.bootstrap import utc_now
+from memory_core.entrypoints.daemon.app import error_response
+from memory_core.entrypoints.wire_input import MAX_DEPTH, decode_json, encodable, too_deep
 from memory_core.errors import InvalidRequest, MemoryCoreError
 from memory_core.evaluation import Corpus, EvaluationService, SourceTrace
 from memory_core.evaluation_errors import InvalidFixture
@@ -709,3 +713,80 @@ def test_a_fixture_project_id_that_is_not_a_slug_is_refused(
     with pytest.raises(InvalidFixture) as refused:
         load_fixture(payload)
     assert refused.value.place == "/cases/0/project_id"
+
+
+# -- issue 14 items 3 and 10: one decoder at every boundary ------------------------------------------
+# The transports themselves are fuzzed in test_fuzz_transports.py; here, the decoder's verdicts, the
+# error renderer, and the CLI's files (a typed error and exit 2, never a traceback).
+
+DECODER_VERDICTS = [
+    (b'{"a": "\\ud800"}', "invalid_request", "lone_surrogate", "$.a"),
+    (b'{"a": [1, {"\\udfff": 2}]}', "invalid_request", "lone_surrogate", "$.a[1].\\udfff"),
+    (b"[" * 100_000 + b"]" * 100_000, "invalid_request", "too_deep", None),
+    (b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1), "invalid_request", "too_deep", None),
+    (b'{"a": 1, "b": {"c": 1, "c": 2}}', "invalid_request", "duplicate_key", None),
+    (b"[1e999]", "invalid_request", "number_out_of_range", None),
+    (b"[" + b"1" * 5_000 + b"]", "invalid_request", "number_out_of_range", None),
+    (b'{"a": NaN}', "invalid_json", "invalid_json", None),
+    (b"[-Infinity]", "invalid_json", "invalid_json", None),
+    (b'{"a": "\xed\xa0\x80"}', "invalid_json", "invalid_json", None),  # a surrogate as CESU-8 bytes
+    (b"{", "invalid_json", "invalid_json", None),
+    (b" ", "invalid_json", "invalid_json", None),
+]
+
+
+@pytest.mark.parametrize(("data", "code", "reason", "path"), DECODER_VERDICTS)
+def test_the_boundary_decoder_refuses_with_a_reason(data: bytes, code: str, reason: str, path: str | None) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        decode_json(data)
+    assert (refused.value.code, refused.value.details["reason"]) == (code, reason)
+    if path is not None:
+        assert refused.value.details["path"] == path
+    encodable(refused.value.details)["reason"].encode("utf-8")  # the details themselves are encodable
+
+
+def test_the_boundary_decoder_accepts_what_is_text() -> None:
+    nested = "[" * MAX_DEPTH + "]" * MAX_DEPTH
+    assert decode_json(nested.encode()) is not None
+    assert not too_deep('["' + "[" * 10_000 + '"]')  # brackets inside a string are text
+    assert decode_json(b'{"e": "\\ud83d\\ude00", "b": "[[[", "n": 18446744073709551616}') == {
+        "e": "\U0001f600", "b": "[[[", "n": 2**64}  # fmt: skip
+    assert decode_json("\ufeff{}".encode()) == {}
+
+
+def test_an_error_that_echoes_a_lone_surrogate_is_still_the_json_envelope() -> None:
+    """The renderer, not each raiser, makes the envelope encodable (it was a plain-text 500)."""
+    reply = error_response(InvalidRequest("no project '\ud800'", project_id="\ud800", seen=["\udc80"]))
+    body = json.loads(bytes(reply.body).decode("utf-8"))
+    assert reply.status_code == 400 and body["error"]["code"] == "invalid_request"
+    assert body["error"]["details"] == {"project_id": "\\ud800", "seen": ["\\x80"]}
+
+
+CLI_FILES = {
+    "deep": "[" * 100_000 + "]" * 100_000,
+    "not-json": "judgments: all of them",
+    "surrogate": '{"units": [{"unit_id": "\\ud800", "unit_hash": "' + "ab" * 32 + '"}]}',
+    "duplicate": '{"judgments": [], "judgments": []}',
+}
+CLI_COMMANDS = {  # each ends with the file's path
+    "activate --state": ["activate", PROJECT, "locks", "--state"],
+    "eval judge --file": ["eval", "judge", "x", "--expected-version", "0", "--file"],
+    "eval import": ["eval", "import"],
+    "eval replay --fixture": ["eval", "replay", "--fixture"],
+}
+
+
+@pytest.mark.parametrize("content", sorted(CLI_FILES))
+@pytest.mark.parametrize("command", sorted(CLI_COMMANDS))
+def test_a_cli_file_that_is_not_text_json_is_a_typed_error_not_a_traceback(
+    tmp_path: Path, command: str, content: str
+) -> None:
+    file = tmp_path / f"{content}.json"
+    file.write_text(CLI_FILES[content], encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "memory_core", "--home", str(tmp_path / "home"), *CLI_COMMANDS[command], str(file)],
+        capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert done.stderr.startswith(("error[invalid_request]", "error[invalid_json]")), done.stderr
