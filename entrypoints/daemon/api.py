@@ -21,6 +21,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 from memory_core.activation_state import ActivationState
 from memory_core.adapters.watcher import HealthError, ProjectHealth, ReindexRecord
 from memory_core.engine import ActivationResponse, Fragment, ProjectInfo
+from memory_core.entrypoints.wire_input import InvalidJson
 from memory_core.errors import InvalidRequest, MemoryCoreError
 from memory_core.evaluation import (
     CASE_ID_RE,
@@ -83,12 +84,6 @@ class MethodNotAllowed(MemoryCoreError):
     """Methods are called with ``POST`` (a few read-only ones also with ``GET``)."""
 
     code = "method_not_allowed"
-
-
-class InvalidJson(InvalidRequest):
-    """The body is not valid UTF-8 JSON (NaN and Infinity are not JSON)."""
-
-    code = "invalid_json"
 
 
 class RequestTooLarge(InvalidRequest):
@@ -791,6 +786,7 @@ __all__ = [
     "CandidateRecord",
     "ClearReport",
     "ErrorEnvelope",
+    "InvalidJson",
     "Fragment",
     "HealthError",
     "ProjectHealth",
