@@ -10,19 +10,27 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from memory_core.canonical import printable
 from memory_core.entrypoints.daemon import cli as daemon_cli  # argparse only: cheap
 from memory_core.errors import InvalidRequest, MemoryCoreError
-from memory_core.model import Layer, Source
+from memory_core.model import Layer, Source, validate_source_path
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 
 def _parse_source(raw: str, default_layer: Layer) -> Source:
-    """``[LAYER=]PATH``; a path that merely contains ``=`` is kept whole."""
+    """``[LAYER=]PATH``; a path that merely contains ``=`` is kept whole. What cannot be a source
+    (``~nouser``, a name that is not UTF-8) is InvalidRequest, before anything is stored."""
     layer_name, sep, path = raw.partition("=")
-    if sep and layer_name in {layer.value for layer in Layer}:
-        return Source(str(Path(path).expanduser().resolve()), Layer(layer_name))
-    return Source(str(Path(raw).expanduser().resolve()), default_layer)
+    layer = default_layer
+    if sep and layer_name in {known.value for known in Layer}:
+        raw, layer = path, Layer(layer_name)
+    validate_source_path(raw)
+    try:
+        resolved = str(Path(raw).expanduser().resolve())
+    except (RuntimeError, OSError) as exc:  # RuntimeError: an unknown ~user, or a symlink loop
+        raise InvalidRequest(f"cannot resolve source path '{printable(raw)}': {exc}", path=printable(raw)) from exc
+    return Source(validate_source_path(resolved), layer)
 
 
 def build_parser() -> argparse.ArgumentParser:

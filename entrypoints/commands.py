@@ -136,7 +136,8 @@ def index(engine: Engine, args: argparse.Namespace) -> int:
         report = engine.index(args.name, force=args.force, progress=progress)
     out = render.console()
     for warning in report.warnings:
-        out.print(f"[yellow]warning:[/] {warning}")
+        # stderr and no markup: --json output stays one document, and a file named "[b].md" prints as is.
+        print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         _emit_json(wire.index_report_to_json(report))
     else:

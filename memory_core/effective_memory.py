@@ -42,12 +42,12 @@ def resolve(
     return EffectiveMemory.from_entries(project_id, entries, paths, warnings)
 
 
-def read_effective_memory(project: Project, scanner: SourceScanner) -> EffectiveMemory:
-    """Walk every source of ``project`` and resolve overrides."""
+def read_effective_memory(project: Project, scanner: SourceScanner, *, rehash: bool = False) -> EffectiveMemory:
+    """Walk every source of ``project`` and resolve overrides (``rehash``: hash every file anew)."""
     scanned: list[list[ScannedResource]] = []
     warnings: list[str] = []
     for source in project.sources:
-        found, source_warnings = scanner.scan(source)
+        found, source_warnings = scanner.scan(source, rehash=rehash)
         scanned.append(found)
         warnings.extend(source_warnings)
     return resolve(project.project_id, scanned, warnings)

@@ -43,6 +43,7 @@ from memory_core.model import (
     Source,
     Unit,
     validate_project_id,
+    validate_source_path,
 )
 from memory_core.pipeline import SELECTED, Candidate, apply_rerank, fuse
 from memory_core.ports import (
@@ -257,6 +258,8 @@ class Engine:
     def add_project(self, name: str, sources: Sequence[Source]) -> Project:
         if not sources:
             raise InvalidRequest("a project needs at least one source", project=name)
+        for source in sources:
+            validate_source_path(source.path)
         project = Project(validate_project_id(name), tuple(sources), self.now())
         self.catalog.add_project(project)
         return project

@@ -13,11 +13,12 @@ from pathlib import Path
 import attrs
 
 from memory_core.effective_memory import read_effective_memory
-from memory_core.errors import EmptyProject, GenerationCorrupted
+from memory_core.errors import EmptyProject, GenerationCorrupted, SourceUnavailable
 from memory_core.model import (
     EffectiveMemory,
     Generation,
     IndexRevisions,
+    Project,
     ScannedResource,
     Unit,
     index_revision_of,
@@ -45,6 +46,13 @@ VECTOR_DIR = "vectors"
 
 def _no_progress(stage: str, done: int, total: int) -> None:
     return None
+
+
+def _require_entries(memory: EffectiveMemory) -> None:
+    if not memory.entries:
+        raise EmptyProject(
+            f"project {memory.project_id!r} has no markdown or text resource to index", project=memory.project_id
+        )
 
 
 @attrs.frozen
@@ -88,21 +96,21 @@ class Indexer:
     def index(self, project_id: str, *, force: bool = False, progress: Progress = _no_progress) -> IndexReport:
         started = time.perf_counter()
         project = self.catalog.get_project(project_id)
-        memory = read_effective_memory(project, self.scanner)
-        if not memory.entries:
-            raise EmptyProject(f"project {project_id!r} has no markdown or text resource to index", project=project_id)
+        # --force hashes every file anew: a cached hash is stale after an edit the file's stamp
+        # cannot show (and a stale hash makes every read fail its check).
+        memory = read_effective_memory(project, self.scanner, rehash=force)
+        _require_entries(memory)
         revisions = self.revisions()
-        revision = index_revision_of(memory.hash, revisions)
         current = self.catalog.current_generation(project_id)
-        if current is not None and current.index_revision == revision and not force:
+        if current is not None and current.index_revision == index_revision_of(memory.hash, revisions) and not force:
             try:
                 self.generations.verify(Path(current.directory))
             except GenerationCorrupted:
-                force = True  # a damaged current generation is rebuilt below
+                pass  # a damaged current generation is rebuilt below
             else:
                 return IndexReport(
                     project_id,
-                    revision,
+                    current.index_revision,
                     "unchanged",
                     memory.hash,
                     len(memory.entries),
@@ -112,9 +120,10 @@ class Indexer:
                     time.perf_counter() - started,
                     memory.warnings,
                 )
+        memory, units = self._read_units(project, memory, progress)
+        revision = index_revision_of(memory.hash, revisions)
         staging = self.generations.stage(project_id)
         try:
-            units = self._chunk(memory, progress)
             embedded, reused, vectors = self._embed(units, progress)
             progress("lexical index", 0, 1)
             self.lexical.build(staging / LEXICAL_DIR, units)
@@ -162,27 +171,56 @@ class Indexer:
             memory.warnings,
         )
 
-    def _chunk(self, memory: EffectiveMemory, progress: Progress) -> list[Unit]:
+    def _read_units(
+        self, project: Project, memory: EffectiveMemory, progress: Progress
+    ) -> tuple[EffectiveMemory, list[Unit]]:
+        """Read and chunk every resource. One file never stops the index: when some changed or
+        vanished since the scan (or their cached hash was stale), scan again hashing every file
+        and build what is there now; a file that still cannot be read is left out with a warning."""
+        units, failed = self._chunk(memory, progress)
+        if failed:
+            memory = read_effective_memory(project, self.scanner, rehash=True)
+            _require_entries(memory)
+            units, failed = self._chunk(memory, progress)
+        if failed:
+            kept = [e for e in memory.entries if e.resource_id not in failed]
+            memory = EffectiveMemory.from_entries(
+                memory.project_id,
+                [attrs.evolve(e, ordinal=i) for i, e in enumerate(kept)],
+                {e.resource_id: memory.paths[e.resource_id] for e in kept},
+                [*memory.warnings, *(f"skipped {reason}" for reason in failed.values())],
+            )
+            _require_entries(memory)
+        return memory, units
+
+    def _chunk(self, memory: EffectiveMemory, progress: Progress) -> tuple[list[Unit], dict[str, str]]:
+        """The units of every resource that reads back as scanned, and why each other one did not
+        (resource id -> reason)."""
         units: list[Unit] = []
+        failed: dict[str, str] = {}
         total = len(memory.entries)
         for done, entry in enumerate(memory.entries, start=1):
-            data = self.scanner.read(
-                ScannedResource(
-                    resource_id=entry.resource_id,
-                    layer=entry.layer,
-                    uri=entry.uri,
-                    resource_hash=entry.resource_hash,
-                    byte_size=entry.byte_size,
-                    media_type=entry.media_type,
-                    path=memory.paths[entry.resource_id],
+            try:
+                data = self.scanner.read(
+                    ScannedResource(
+                        resource_id=entry.resource_id,
+                        layer=entry.layer,
+                        uri=entry.uri,
+                        resource_hash=entry.resource_hash,
+                        byte_size=entry.byte_size,
+                        media_type=entry.media_type,
+                        path=memory.paths[entry.resource_id],
+                    )
                 )
-            )
-            self.blobs.put(data)
-            units.extend(
-                self.chunker.chunk(entry.resource_id, entry.resource_hash, data.decode("utf-8"), entry.media_type)
-            )
+            except SourceUnavailable as exc:
+                failed[entry.resource_id] = exc.message
+            else:
+                self.blobs.put(data)
+                units.extend(
+                    self.chunker.chunk(entry.resource_id, entry.resource_hash, data.decode("utf-8"), entry.media_type)
+                )
             progress("chunk", done, total)
-        return units
+        return units, failed
 
     def _embed(self, units: list[Unit], progress: Progress) -> tuple[int, int, list[Vector]]:
         model = self.embedder.revision

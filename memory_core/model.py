@@ -9,8 +9,8 @@ from typing import Any
 
 import attrs
 
-from memory_core.canonical import hash_json, sha256_hex
-from memory_core.errors import InvalidProjectName
+from memory_core.canonical import hash_json, is_utf8_text, printable, sha256_hex
+from memory_core.errors import InvalidProjectName, InvalidRequest
 
 PROJECT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
@@ -38,6 +38,26 @@ class Layer(enum.Enum):
 
 
 _LAYER_ORDER = {Layer.ORGANIZATION: 0, Layer.PROJECT: 1, Layer.LOCAL: 2}
+
+
+# Linux's PATH_MAX: the kernel refuses a longer path anyway, so storing one only defers the error.
+MAX_SOURCE_PATH_BYTES = 4096
+
+
+def validate_source_path(path: object) -> str:
+    """A source path as typed must be one the catalog can store and the OS can open: a non-empty
+    string of UTF-8 text (no lone surrogate, so no undecodable file-name bytes), without NUL."""
+    if not isinstance(path, str) or not path:
+        raise InvalidRequest("a source path must be a non-empty string")
+    shown = printable(path)[:200]  # the error names it, and must itself stay encodable
+    if not is_utf8_text(path):
+        raise InvalidRequest(f"source path '{shown}' is not valid UTF-8 text", path=shown)
+    if "\x00" in path:
+        shown = shown.replace("\x00", "\\x00")
+        raise InvalidRequest(f"source path '{shown}' contains a NUL character", path=shown)
+    if len(path.encode("utf-8")) > MAX_SOURCE_PATH_BYTES:
+        raise InvalidRequest(f"source path '{shown[:80]}...' is longer than {MAX_SOURCE_PATH_BYTES} bytes", path=shown)
+    return path
 
 
 @attrs.frozen

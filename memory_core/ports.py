@@ -41,8 +41,9 @@ class Chunker(Protocol):
 class SourceScanner(Protocol):
     """Walks one source directory: markdown and plain text, hidden and binary files skipped."""
 
-    def scan(self, source: Source) -> tuple[list[ScannedResource], list[str]]:
-        """The resources found and human-readable warnings (skipped files, size limit)."""
+    def scan(self, source: Source, *, rehash: bool = False) -> tuple[list[ScannedResource], list[str]]:
+        """The resources found and human-readable warnings (skipped files, size limit).
+        ``rehash`` reads every file again instead of trusting a cached hash."""
         ...
 
     def read(self, resource: ScannedResource) -> bytes: ...

@@ -12,14 +12,16 @@ import attrs
 from memory_core.adapters.blob_store import check_digest
 from memory_core.adapters.filesystem_sources import (
     DEFAULT_MAX_BYTES,
+    FileStamp,
     is_hidden,
     media_type_for,
+    resource_id_problem,
     text_problem,
     too_large,
 )
 from memory_core.adapters.generation_store import STAGING_PREFIX, check_revision
 from memory_core.adapters.sqlite.catalog import manifest_json
-from memory_core.canonical import sha256_hex
+from memory_core.canonical import is_utf8_text, printable, sha256_hex
 from memory_core.errors import (
     BlobCorrupted,
     BlobNotFound,
@@ -59,7 +61,7 @@ class InMemoryCatalog:
         self._projects: dict[str, Project] = {}
         self._pointers: dict[str, _Pointer] = {}
         self._manifests: dict[str, tuple[ManifestEntry, ...]] = {}
-        self._file_hashes: dict[str, tuple[int, int, str]] = {}
+        self._file_hashes: dict[str, tuple[FileStamp, str]] = {}
         self._locations: dict[str, str] = {}
 
     def add_project(self, project: Project) -> None:
@@ -133,13 +135,13 @@ class InMemoryCatalog:
     def get_manifest(self, manifest_hash: str) -> tuple[ManifestEntry, ...] | None:
         return self._manifests.get(manifest_hash)
 
-    def get_file_hash(self, path: str, size: int, mtime_ns: int) -> str | None:
+    def get_file_hash(self, path: str, stamp: FileStamp) -> str | None:
         hit = self._file_hashes.get(path)
-        return hit[2] if hit is not None and hit[:2] == (size, mtime_ns) else None
+        return hit[1] if hit is not None and hit[0] == tuple(stamp) else None
 
-    def put_file_hashes(self, rows: Iterable[tuple[str, int, int, str]]) -> None:
-        for path, size, mtime_ns, digest in rows:
-            self._file_hashes[path] = (size, mtime_ns, digest)
+    def put_file_hashes(self, rows: Iterable[tuple[str, FileStamp, str]]) -> None:
+        for path, stamp, digest in rows:
+            self._file_hashes[path] = (FileStamp(*stamp), digest)
 
     def close(self) -> None:
         pass
@@ -321,7 +323,7 @@ class InMemoryScanner:
     def remove(self, source_path: str, relative_path: str) -> None:
         del self.sources[source_path][relative_path]
 
-    def scan(self, source: Source) -> tuple[list[ScannedResource], list[str]]:
+    def scan(self, source: Source, *, rehash: bool = False) -> tuple[list[ScannedResource], list[str]]:
         files: Mapping[str, bytes] | None = self.sources.get(source.path)
         if files is None:
             raise SourceUnavailable(f"source {source.path!r} is unavailable", path=source.path)
@@ -333,6 +335,12 @@ class InMemoryScanner:
                 continue
             data = files[rel]
             path = f"{source.path.rstrip('/')}/{rel}"
+            if not is_utf8_text(rel):  # a file name whose bytes are not UTF-8 (os.fsdecode)
+                warnings.append(f"skipped {printable(path)}: its name is not valid UTF-8")
+                continue
+            if problem := resource_id_problem(rel):
+                warnings.append(f"skipped {path}: its path {problem}")
+                continue
             problem = too_large(len(data), self.max_bytes) if len(data) > self.max_bytes else text_problem(data)
             if problem:
                 warnings.append(f"skipped {path}: {problem}")

@@ -25,7 +25,8 @@ from memory_core.model import (
 from ..crash_points import crash_point
 from .database import storage_errors, utc_now_iso, write_transaction
 
-FileHashRow = tuple[str, int, int, str]  # (path, size, mtime_ns, sha256)
+# (path, (size, mtime_ns, ctime_ns, inode), sha256): filesystem_sources.FileStamp is the stamp.
+FileHashRow = tuple[str, tuple[int, int, int, int], str]
 
 _GENERATION_COLUMNS = (
     "project_id, index_revision, effective_memory_hash, unit_count, resource_count, "
@@ -216,21 +217,26 @@ class SqliteCatalog:
 
     # -- file-hash cache (used by FileSystemScanner) ----------------------------------------
 
-    def get_file_hash(self, path: str, size: int, mtime_ns: int) -> str | None:
+    def get_file_hash(self, path: str, stamp: tuple[int, int, int, int]) -> str | None:
+        """The cached hash when the file's whole stamp matches; rows written before the stamp
+        had ctime and inode (migration 6) hold NULL there and never match."""
+        size, mtime_ns, ctime_ns, inode = stamp
         with storage_errors("cannot read file-hash cache"):
             rows = self._conn.execute(
-                "SELECT sha256 FROM file_hash_cache WHERE path = ? AND size = ? AND mtime_ns = ?",
-                (path, size, mtime_ns),
+                "SELECT sha256 FROM file_hash_cache "
+                "WHERE path = ? AND size = ? AND mtime_ns = ? AND ctime_ns = ? AND inode = ?",
+                (path, size, mtime_ns, ctime_ns, inode),
             ).fetchall()
         return str(rows[0][0]) if rows else None
 
     def put_file_hashes(self, rows: Iterable[FileHashRow]) -> None:
-        batch = list(rows)
+        batch = [(path, *stamp, digest) for path, stamp, digest in rows]
         if not batch:
             return
         with storage_errors("cannot write file-hash cache"), write_transaction(self._conn) as conn:
             conn.executemany(
-                "INSERT OR REPLACE INTO file_hash_cache(path, size, mtime_ns, sha256) VALUES (?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO file_hash_cache(path, size, mtime_ns, ctime_ns, inode, sha256) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
                 batch,
             )
 

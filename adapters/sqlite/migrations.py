@@ -265,3 +265,16 @@ def m005_project_storage(conn: apsw.Connection) -> None:
     # Where a project keeps its Local Storage when `memcore project storage move` chose a
     # directory; NULL is the default, <home>/projects/<project_id>/.
     conn.execute("ALTER TABLE projects ADD COLUMN storage_dir TEXT")
+
+
+@migration
+def m006_file_stamp(conn: apsw.Connection) -> None:
+    # The file-hash cache also keys on ctime and inode: an edit that restores size and mtime
+    # (cp -p, rsync -t, touch -r) still changes the ctime, which nothing can set back. Old rows
+    # keep NULL there, never match, and are replaced by the next scan of their file.
+    conn.execute(
+        """
+        ALTER TABLE file_hash_cache ADD COLUMN ctime_ns INTEGER;
+        ALTER TABLE file_hash_cache ADD COLUMN inode INTEGER;
+        """
+    )

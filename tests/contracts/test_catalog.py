@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memory_core.adapters.filesystem_sources import FileStamp
 from memory_core.adapters.in_memory.storage import InMemoryCatalog
 from memory_core.adapters.sqlite import SqliteCatalog, open_database
 from memory_core.errors import InvalidProjectName, InvalidRequest, ProjectExists, ProjectNotFound
@@ -198,15 +199,19 @@ def test_manifest_with_a_wrong_hash_is_rejected(catalog):
     assert catalog.get_manifest("00" * 32) is None
 
 
-def test_file_hash_cache_hits_only_on_same_size_and_mtime(catalog):
-    assert catalog.get_file_hash("/a.md", 10, 111) is None
-    catalog.put_file_hashes([("/a.md", 10, 111, H), ("/b.md", 5, 222, "cd" * 32)])
-    assert catalog.get_file_hash("/a.md", 10, 111) == H
-    assert catalog.get_file_hash("/a.md", 11, 111) is None
-    assert catalog.get_file_hash("/a.md", 10, 112) is None
-    catalog.put_file_hashes([("/a.md", 11, 113, "ef" * 32)])
-    assert catalog.get_file_hash("/a.md", 11, 113) == "ef" * 32
-    assert catalog.get_file_hash("/a.md", 10, 111) is None
+def test_file_hash_cache_hits_only_on_the_whole_stamp(catalog):
+    stamp = FileStamp(size=10, mtime_ns=111, ctime_ns=121, inode=7)
+    assert catalog.get_file_hash("/a.md", stamp) is None
+    catalog.put_file_hashes([("/a.md", stamp, H), ("/b.md", FileStamp(5, 222, 232, 8), "cd" * 32)])
+    assert catalog.get_file_hash("/a.md", stamp) == H
+    # Each part of the stamp alone makes a miss: size, mtime, ctime (any content write), inode.
+    for changed in (stamp._replace(size=11), stamp._replace(mtime_ns=112), stamp._replace(ctime_ns=122),
+                    stamp._replace(inode=9)):  # fmt: skip
+        assert catalog.get_file_hash("/a.md", changed) is None
+    newer = FileStamp(11, 113, 123, 7)
+    catalog.put_file_hashes([("/a.md", newer, "ef" * 32)])
+    assert catalog.get_file_hash("/a.md", newer) == "ef" * 32
+    assert catalog.get_file_hash("/a.md", stamp) is None
     catalog.put_file_hashes([])
 
 

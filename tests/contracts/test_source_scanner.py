@@ -5,14 +5,16 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_core.adapters.filesystem_sources import FileSystemScanner
+from memory_core.adapters.filesystem_sources import FileStamp, FileSystemScanner
 from memory_core.adapters.in_memory.storage import InMemoryCatalog, InMemoryScanner
 from memory_core.adapters.sqlite import SqliteCatalog, open_database
 from memory_core.errors import SourceUnavailable
@@ -152,6 +154,29 @@ def test_read_returns_the_scanned_bytes(world):
     assert world.scanner.read(resource) == "ünïcode".encode()
 
 
+def encodable(warnings: list[str]) -> bool:
+    """A warning reaches JSON output and terminals: it must encode as UTF-8 (raises if not)."""
+    return all(isinstance(w.encode("utf-8"), bytes) for w in warnings)
+
+
+def test_a_file_name_that_is_not_utf8_is_skipped_with_a_warning(world):
+    # os.fsdecode turns the bytes a file system holds into a str with lone surrogates.
+    latin1 = os.fsdecode("café.md".encode("latin-1"))
+    source = world.source({"ok.md": b"ok", latin1: b"body", os.fsdecode(b"\xff.png"): b"x", "d/fine.txt": b"f"})
+    resources, warnings = world.scanner.scan(source)
+    assert [r.resource_id for r in resources] == ["d/fine.txt", "ok.md"]
+    assert len(warnings) == 1 and "caf\\xe9.md" in warnings[0] and "not valid UTF-8" in warnings[0]
+    assert encodable(warnings)
+
+
+def test_a_path_no_fixture_could_carry_is_skipped_with_a_warning(world):
+    # resource_rules: a replay writes resources back as files; a backslash it refuses to write.
+    source = world.source({"back\\slash.md": b"x", "ok.md": b"ok"})
+    resources, warnings = world.scanner.scan(source)
+    assert [r.resource_id for r in resources] == ["ok.md"]
+    assert len(warnings) == 1 and "back\\slash.md" in warnings[0] and "'\\'" in warnings[0]
+
+
 def test_read_after_the_file_changed_is_refused(world):
     source = world.source({"a.md": b"before"})
     (resource,), _ = world.scanner.scan(source)
@@ -247,15 +272,122 @@ def test_symlinks_inside_the_source_keep_real_paths_and_loops_end(tmp_path):
     assert warnings == []
 
 
-def test_fifo_is_ignored(tmp_path):
+def test_a_fifo_or_socket_with_a_text_name_is_skipped_with_a_warning(tmp_path):
     source = tmp_path / "src"
     source.mkdir()
     os.mkfifo(source / "pipe.md")
-    assert FileSystemScanner().scan(Source(str(source))) == ([], [])
+    os.mkfifo(source / "pipe")  # no text extension: ignored silently like any other file
+    (source / "ok.md").write_text("ok")
+    resources, warnings = FileSystemScanner().scan(Source(str(source)))
+    assert [r.resource_id for r in resources] == ["ok.md"]
+    assert len(warnings) == 1 and "pipe.md" in warnings[0] and "not a regular file" in warnings[0]
+
+
+def test_reading_a_file_replaced_by_a_fifo_fails_at_once(tmp_path):
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "a.md").write_text("body")
+    (resource,), _ = FileSystemScanner().scan(Source(str(source)))
+    (source / "a.md").unlink()
+    os.mkfifo(source / "a.md")
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            FileSystemScanner().read(resource)
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    if reader.is_alive():  # a blocking open() waits for a writer forever; give it one
+        with open(source / "a.md", "wb"):
+            pass
+        reader.join(timeout=10)
+        pytest.fail("read() blocked on a FIFO")
+    assert isinstance(outcome[0], SourceUnavailable) and "not a regular file" in outcome[0].message
+
+
+def test_a_directory_whose_name_is_not_utf8_is_skipped_with_a_warning(tmp_path):
+    source = tmp_path / "src"
+    (source / os.fsdecode(b"\xfe\xfe")).mkdir(parents=True)
+    (source / os.fsdecode(b"\xfe\xfe") / "inside.md").write_text("x")
+    (source / "ok.md").write_text("ok")
+    resources, warnings = FileSystemScanner().scan(Source(str(source)))
+    assert [r.resource_id for r in resources] == ["ok.md"]
+    assert len(warnings) == 1 and "\\xfe\\xfe" in warnings[0] and encodable(warnings)
+
+
+def test_a_source_that_resolves_to_a_name_that_is_not_utf8_is_unavailable(tmp_path):
+    real = tmp_path / os.fsdecode(b"r\xe9el")
+    real.mkdir()
+    (real / "a.md").write_text("a")
+    (tmp_path / "link").symlink_to(real)
+    with pytest.raises(SourceUnavailable, match="not valid UTF-8") as info:
+        FileSystemScanner().scan(Source(str(tmp_path / "link")))
+    assert info.value.message.encode("utf-8") and "r\\xe9el" in info.value.message
+
+
+def test_a_tree_deeper_than_the_recursion_limit_is_walked(tmp_path):
+    depth = 1200
+    assert depth > sys.getrecursionlimit()
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "top.md").write_text("top")
+    try:
+        # One component at a time through a directory fd (os.makedirs recurses too).
+        fd = os.open(source, os.O_RDONLY)
+        try:
+            for _ in range(depth):
+                os.mkdir("d", dir_fd=fd)
+                fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+                os.close(old)
+            leaf = os.open("leaf.md", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd)
+            os.write(leaf, b"# Deep\n")
+            os.close(leaf)
+        finally:
+            os.close(fd)
+        resources, warnings = FileSystemScanner().scan(Source(str(source)))
+        assert warnings == []
+        assert [r.resource_id for r in resources] == ["d/" * depth + "leaf.md", "top.md"]
+        assert FileSystemScanner().read(resources[0]) == b"# Deep\n"
+    finally:  # bottom up: pytest's clean-up (shutil.rmtree) recurses and would fail on it
+        (source / ("d/" * depth) / "leaf.md").unlink(missing_ok=True)
+        for level in range(depth, 0, -1):
+            if (source / ("d/" * level)).exists():
+                os.rmdir(source / ("d/" * level))
+
+
+def _stamp(path: Path) -> FileStamp:
+    return FileStamp.of(path.stat())
 
 
 @pytest.mark.parametrize("cache_kind", ["sqlite", "memory"])
-def test_hash_cache_skips_rereading_unchanged_files(tmp_path, cache_kind):
+def test_hash_cache_answers_for_an_unchanged_stamp_and_rehash_bypasses_it(tmp_path, cache_kind, monkeypatch):
+    monkeypatch.setattr("memory_core.adapters.filesystem_sources.RACY_WINDOW_NS", 0)
+    cache = SqliteCatalog(open_database(tmp_path / "local.db")) if cache_kind == "sqlite" else InMemoryCatalog()
+    source = tmp_path / "src"
+    source.mkdir()
+    doc = source / "doc.md"
+    doc.write_bytes(b"version one")
+    scanner = FileSystemScanner(hash_cache=cache)
+    (first,), _ = scanner.scan(Source(str(source)))
+    assert cache.get_file_hash(str(doc), _stamp(doc)) == sha(b"version one")
+    # The cache answers without reading: a row planted for the file's exact stamp is believed...
+    cache.put_file_hashes([(str(doc), _stamp(doc), "ab" * 32)])
+    (cached,), _ = scanner.scan(Source(str(source)))
+    assert cached.resource_hash == "ab" * 32
+    # ...and rehash reads the file whatever the cache says, and corrects the row.
+    (reread,), _ = scanner.scan(Source(str(source)), rehash=True)
+    assert reread.resource_hash == sha(b"version one") and scanner.read(reread) == b"version one"
+    assert cache.get_file_hash(str(doc), _stamp(doc)) == sha(b"version one")
+    cache.close()
+
+
+@pytest.mark.parametrize("cache_kind", ["sqlite", "memory"])
+def test_an_edit_that_keeps_size_and_mtime_is_seen(tmp_path, cache_kind, monkeypatch):
+    monkeypatch.setattr("memory_core.adapters.filesystem_sources.RACY_WINDOW_NS", 0)
     cache = SqliteCatalog(open_database(tmp_path / "local.db")) if cache_kind == "sqlite" else InMemoryCatalog()
     source = tmp_path / "src"
     source.mkdir()
@@ -265,28 +397,33 @@ def test_hash_cache_skips_rereading_unchanged_files(tmp_path, cache_kind):
     os.utime(doc, ns=(old_ns, old_ns))
     scanner = FileSystemScanner(hash_cache=cache)
     (first,), _ = scanner.scan(Source(str(source)))
-    assert cache.get_file_hash(str(doc), 11, old_ns) == sha(b"version one")
-    # Same size and mtime: the cache answers without reading, so a same-size edit that kept
-    # its mtime goes unseen by scan() and is caught by read()'s hash check.
+    assert first.resource_hash == sha(b"version one")
+    before = _stamp(doc)
+    # What cp -p, rsync -t or touch -r leave: the same size and mtime, other bytes.
     doc.write_bytes(b"version two")
     os.utime(doc, ns=(old_ns, old_ns))
+    after = _stamp(doc)
+    assert (after.size, after.mtime_ns) == (before.size, before.mtime_ns) and after.ctime_ns != before.ctime_ns
     (second,), _ = scanner.scan(Source(str(source)))
-    assert second.resource_hash == first.resource_hash
-    with pytest.raises(SourceUnavailable, match="changed since"):
-        scanner.read(second)
-    # Any mtime change is a miss.
-    os.utime(doc, ns=(old_ns + 1, old_ns + 1))
+    assert second.resource_hash == sha(b"version two")
+    assert scanner.read(second) == b"version two"
+    # A file replaced by another (a rename over it, tar) is a new inode: a miss too.
+    replacement = source / "new.tmp"
+    replacement.write_bytes(b"version 3!!")
+    os.utime(replacement, ns=(old_ns, old_ns))
+    os.replace(replacement, doc)
     (third,), _ = scanner.scan(Source(str(source)))
-    assert third.resource_hash == sha(b"version two")
-    assert scanner.read(third) == b"version two"
+    assert third.resource_hash == sha(b"version 3!!")
     cache.close()
 
 
-def test_recently_modified_files_are_not_cached(tmp_path):
+def test_recently_changed_files_are_not_cached(tmp_path):
     cache = InMemoryCatalog()
     source = tmp_path / "src"
     source.mkdir()
     (source / "fresh.md").write_text("just written")
+    (source / "old-mtime.md").write_text("mtime set back, ctime now")
+    os.utime(source / "old-mtime.md", ns=(1_600_000_000 * 10**9,) * 2)
     FileSystemScanner(hash_cache=cache).scan(Source(str(source)))
-    st_ = (source / "fresh.md").stat()
-    assert cache.get_file_hash(str(source / "fresh.md"), st_.st_size, st_.st_mtime_ns) is None
+    for name in ("fresh.md", "old-mtime.md"):
+        assert cache.get_file_hash(str(source / name), _stamp(source / name)) is None
