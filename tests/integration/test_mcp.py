@@ -204,6 +204,7 @@ async def drive_refused(home: Path, stderr: Path) -> dict[str, Any]:
     return seen
 
 
+@pytest.mark.slow
 def test_a_deeply_nested_activation_state_from_the_official_client_is_a_tool_error(tmp_path: Path) -> None:
     home = tmp_path / "home"
     (tmp_path / "tmp").mkdir()
@@ -237,6 +238,7 @@ EXPECTED_TOOL_ERRORS = {1: ("invalid_request", "lone_surrogate"), 2: ("invalid_r
                         5: ("invalid_json", "invalid_json")}  # fmt: skip
 
 
+@pytest.mark.slow
 def test_every_raw_line_gets_an_answer(tmp_path: Path) -> None:
     """Raw lines on ``memcore mcp``'s stdin, as a client with its own JSON writer sends them."""
     home = tmp_path / "home"

@@ -776,6 +776,7 @@ CLI_COMMANDS = {  # each ends with the file's path
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content", sorted(CLI_FILES))
 @pytest.mark.parametrize("command", sorted(CLI_COMMANDS))
 def test_a_cli_file_that_is_not_text_json_is_a_typed_error_not_a_traceback(

@@ -42,6 +42,7 @@ from memory_core.entrypoints.ui.app import UI_METHODS
 from memory_core.entrypoints.wire_input import MAX_DEPTH
 from tests.ui.conftest import UiDaemon
 
+pytestmark = pytest.mark.slow  # a daemon with the models, and an MCP subprocess
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT, SPARE = "ledger", "spare"
 # Examples per transport (docs/reliability.md says these numbers); derandomized, so CI tries the
