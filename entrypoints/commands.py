@@ -14,6 +14,7 @@ from memory_core.engine import Engine, Freshness
 from memory_core.entrypoints import render, wire
 from memory_core.entrypoints.bootstrap import bootstrap
 from memory_core.entrypoints.cli import _emit_json, _parse_source
+from memory_core.entrypoints.output_file import OutputFile
 from memory_core.entrypoints.wire_input import decode_json
 from memory_core.errors import InvalidActivationState, InvalidRequest
 from memory_core.indexing import Progress
@@ -160,11 +161,12 @@ def load_state(path: str | None) -> Any:
 
 
 def activate(engine: Engine, args: argparse.Namespace) -> int:
-    activation = engine.activate(args.project, args.query, budget=args.budget, state=load_state(args.state))
-    if args.save_state:
-        Path(args.save_state).write_text(
-            json.dumps(activation.response.activation_state.to_json(), indent=2), encoding="utf-8"
-        )
+    state = load_state(args.state)
+    # Checked before activating: a --save-state path that cannot be written fails with no Run.
+    with OutputFile(args.save_state, "--save-state") if args.save_state else nullcontext() as saved:
+        activation = engine.activate(args.project, args.query, budget=args.budget, state=state)
+        if saved is not None:
+            saved.write(json.dumps(activation.response.activation_state.to_json(), indent=2).encode("utf-8"))
     warning = freshness_warning(args.project, activation.response.freshness)
     if warning:
         print(f"warning: {warning}", file=sys.stderr)  # stderr: --json output stays one document
