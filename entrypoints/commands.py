@@ -139,7 +139,9 @@ def index(engine: Engine, args: argparse.Namespace) -> int:
     for warning in report.warnings:
         # stderr and no markup: --json output stays one document, and a file named "[b].md" prints as is.
         print(f"warning: {warning}", file=sys.stderr)
-    if args.json:
+    if args.json and args.watch:  # JSON lines: this report, then one line per re-index
+        sys.stdout.write(json.dumps(wire.index_report_to_json(report), ensure_ascii=False) + "\n")
+    elif args.json:
         _emit_json(wire.index_report_to_json(report))
     else:
         out.print(render.index_summary(report))

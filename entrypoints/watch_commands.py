@@ -126,6 +126,7 @@ def index_watch(engine: Any, args: argparse.Namespace) -> int:
     """After the first index: follow the sources until Ctrl-C (then exit 0)."""
     name = args.name
     out = render.console()
+    sys.stdout.flush()  # the first index's report, before a long wait
     try:
         if getattr(engine, "client", None) is not None:
             return _follow_daemon(engine, name, args.json)
