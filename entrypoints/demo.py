@@ -9,11 +9,13 @@ edited unit comes back as ``replace``, the unchanged ones as ``reuse``.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from memory_core.adapters.home import DIR_MODE, FILE_MODE
 from memory_core.engine import Activation, Engine
 from memory_core.entrypoints import render, wire
 from memory_core.entrypoints.commands import progress_bar
@@ -39,12 +41,32 @@ def demo_source_root() -> Path:
 
 
 def prepare_memory(home: Path) -> Path:
-    """A fresh, writable copy of the demo memory under the home (the package may be read-only)."""
+    """A fresh, writable copy of the demo memory under the home (the package may be read-only),
+    owner-only like the rest of the home (0700 directories, 0600 files) whatever the umask."""
     target = home / "demo" / "memory"
     if target.exists():
         shutil.rmtree(target)
-    shutil.copytree(demo_source_root(), target)
+    _private_dir(target.parent)
+    _copy_owner_only(demo_source_root(), target)
     return target
+
+
+def _private_dir(path: Path) -> None:
+    path.mkdir(mode=DIR_MODE, exist_ok=True)
+    os.chmod(path, DIR_MODE)  # mkdir's mode passes through the umask; an existing one may be looser
+
+
+def _copy_owner_only(source: Path, target: Path) -> None:
+    """Copy a tree with the home's modes: ``shutil.copytree`` would keep the package's 0755/0644."""
+    for dirpath, dirnames, filenames in os.walk(source):
+        dirnames.sort()
+        here = target / Path(dirpath).relative_to(source)
+        _private_dir(here)
+        for name in sorted(filenames):
+            fd = os.open(here / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+            with os.fdopen(fd, "wb") as out:
+                os.fchmod(fd, FILE_MODE)
+                out.write((Path(dirpath) / name).read_bytes())
 
 
 def ensure_project(engine: Engine, memory: Path) -> None:
