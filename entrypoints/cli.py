@@ -12,6 +12,7 @@ from typing import Any
 
 from memory_core.canonical import printable
 from memory_core.entrypoints.daemon import cli as daemon_cli  # argparse only: cheap
+from memory_core.entrypoints.wire_input import check_arguments
 from memory_core.errors import InvalidRequest, MemoryCoreError
 from memory_core.model import Layer, Source, validate_source_path
 
@@ -128,6 +129,14 @@ def _emit_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
+# Arguments that are only files this process opens (any bytes make a file name), and --source,
+# which validate_source_path checks itself; every other string becomes an id, a query or a
+# stored path and must be text.
+LOCAL_PATH_ARGUMENTS = frozenset(
+    {"home", "file", "fixture", "baseline", "out", "state", "save_state", "folder", "source"}
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # Owner-only files everywhere, also those the CLI writes outside the home (an exported
     # fixture holds the memory's bodies).
@@ -136,6 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from memory_core.entrypoints import commands  # imported late: keeps --help instant
 
     try:
+        check_arguments(vars(args), local_paths=LOCAL_PATH_ARGUMENTS)  # ids and queries must be text
         if args.command in daemon_cli.COMMANDS:
             return daemon_cli.handle(args)
         return commands.run(args)
