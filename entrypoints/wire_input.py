@@ -155,6 +155,20 @@ def decode_json(data: bytes | str, *, what: str = "request body") -> Any:
     return value
 
 
+def check_arguments(values: dict[str, Any], *, local_paths: frozenset[str] = frozenset()) -> None:
+    """Command-line arguments are the CLI's other text from outside: the OS decodes bytes that
+    are not UTF-8 to lone surrogates (``surrogateescape``), which no id, query or stored path can
+    hold. ``local_paths`` name arguments that are only opened here (any bytes are a file name)."""
+    for name, value in values.items():
+        items = value if isinstance(value, list | tuple) else [value]
+        for item in items:
+            if name not in local_paths and isinstance(item, str) and not is_utf8_text(item):
+                flag = name.replace("_", "-")
+                raise InvalidRequest(
+                    f"argument {flag} is not UTF-8 text: {printable(item)}", reason="lone_surrogate", argument=flag
+                )
+
+
 def pruned(text: str, limit: int = MAX_DEPTH) -> str:
     """``text`` with every array or object deeper than ``limit`` replaced by ``null``: the
     envelope of a message too deep to decode, so that its id can still be read and answered."""
@@ -194,4 +208,6 @@ def encodable(value: Any) -> Any:
     return encodable(str(value))
 
 
-__all__ = ["MAX_DEPTH", "MAX_NUMBER_CHARS", "InvalidJson", "decode_json", "encodable", "pruned", "too_deep"]
+__all__ = [
+    "MAX_DEPTH", "MAX_NUMBER_CHARS", "InvalidJson", "check_arguments", "decode_json", "encodable", "pruned", "too_deep",
+]  # fmt: skip

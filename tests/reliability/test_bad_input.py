@@ -791,3 +791,21 @@ def test_a_cli_file_that_is_not_text_json_is_a_typed_error_not_a_traceback(
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 2, (done.returncode, done.stderr)
     assert done.stderr.startswith(("error[invalid_request]", "error[invalid_json]")), done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "argv",
+    [[b"runs", b"list", b"--query", b"\xff"], [b"runs", b"show", b"\xffrun"], [b"project", b"show", b"\xff"],
+     [b"eval", b"case", b"show", b"\xc3"], [b"activate", PROJECT.encode(), b"locks \xed\xa0\x80"]],
+    ids=["runs-list-query", "runs-show", "project-show", "eval-case-show", "activate-query"],
+)  # fmt: skip
+def test_an_argument_that_is_not_utf8_is_a_typed_error_not_a_traceback(tmp_path: Path, argv: list[bytes]) -> None:
+    """The OS hands such bytes over as lone surrogates, which reached SQLite (a traceback)."""
+    done = subprocess.run(
+        [sys.executable.encode(), b"-m", b"memory_core", b"--home", bytes(tmp_path / "home"), *argv],
+        capture_output=True, timeout=300, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    stderr = done.stderr.decode("utf-8")  # strict: the message itself is text
+    assert "Traceback" not in stderr and done.returncode == 2, stderr
+    assert stderr.startswith("error[invalid_request]: argument ") and "not UTF-8 text" in stderr, stderr
