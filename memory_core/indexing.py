@@ -13,7 +13,7 @@ from pathlib import Path
 import attrs
 
 from memory_core.effective_memory import read_effective_memory
-from memory_core.errors import EmptyProject, GenerationCorrupted, SourceUnavailable
+from memory_core.errors import EmptyProject, GenerationCorrupted, MemoryCoreError, SourceUnavailable
 from memory_core.model import (
     EffectiveMemory,
     Generation,
@@ -126,6 +126,8 @@ class Indexer:
                     time.perf_counter() - started,
                     memory.warnings,
                 )
+        if not force:
+            self._seed_chunked(current)
         memory, units = self._read_units(project, memory, progress)
         revision = index_revision_of(memory.hash, revisions)
         staging = self.generations.stage(project_id)
@@ -176,6 +178,30 @@ class Indexer:
             time.perf_counter() - started,
             memory.warnings,
         )
+
+    def _seed_chunked(self, current: Generation | None) -> None:
+        """Start the chunk memo from the current generation's units when this indexer has none
+        (a fresh process, the daemon's first re-index): they are what the chunker made of those
+        resource hashes, if its revisions are the generation's. ``--force`` chunks everything."""
+        revision = (self.chunker.revision, self.chunker.parser_revision)
+        if current is None or (self._chunked and self._chunked_revision == revision):
+            return
+        if (current.revisions.chunker, current.revisions.parser) != revision:
+            return
+        try:
+            units = self.generations.load_units(Path(current.directory))  # checked against its seal
+            entries = self.manifests.get_manifest(current.effective_memory_hash)
+        except MemoryCoreError:
+            return  # a damaged or pruned generation: chunk everything
+        by_resource: dict[str, list[Unit]] = {}
+        for unit in units:
+            by_resource.setdefault(unit.resource_id, []).append(unit)
+        self._chunked = {
+            (e.resource_id, e.resource_hash, e.media_type): by_resource[e.resource_id]
+            for e in entries
+            if e.resource_id in by_resource
+        }
+        self._chunked_revision = revision
 
     def _read_units(
         self, project: Project, memory: EffectiveMemory, progress: Progress

@@ -78,3 +78,24 @@ def test_a_new_chunker_revision_chunks_everything_again() -> None:
     chunker.revision = chunker.revision + "+changed"
     engine.index("p")
     assert sorted(chunker.calls) == ["a.md", "b.md", "c.txt"]
+
+
+def test_a_new_indexer_starts_from_the_current_generations_units() -> None:
+    """A fresh process (or the daemon's own indexer) chunks only what changed since the current
+    generation, not everything; with --force it chunks everything."""
+    import attrs
+
+    from memory_core.adapters.in_memory.vectors import WhitespaceTokenCounter
+
+    scanner = InMemoryScanner({"/src": dict(DOCS)})
+    chunker = CountingChunker(MarkdownChunker(WhitespaceTokenCounter(), max_tokens=64))
+    engine = engine_with(scanner, chunker)
+    engine.index("p")
+    chunker.calls.clear()
+    scanner.write("/src", "a.md", b"# A\n\nAlpha, edited.\n")
+    fresh = attrs.evolve(engine.indexer)  # same stores, an empty memo
+    assert fresh.index("p").status == "built"
+    assert chunker.calls == ["a.md"]
+    chunker.calls.clear()
+    attrs.evolve(engine.indexer).index("p", force=True)
+    assert sorted(chunker.calls) == ["a.md", "b.md", "c.txt"]
