@@ -254,6 +254,10 @@ def _envelope_of(value: Any) -> tuple[int | str | None, str | None]:
     return rid, method if isinstance(method, str) and is_utf8_text(method) else None
 
 
+def _lenient_int(text: str) -> int | None:
+    return int(text) if len(text) <= 20 else None  # an id is never longer; int() refuses 4,300 digits
+
+
 def judge_line(raw: bytes) -> tuple[Verdict, str]:
     """The verdict on one line and the line the SDK gets: the line itself when the decoder
     accepts it, else an empty line (which the SDK refuses in turn, keeping the two in step)."""
@@ -265,8 +269,8 @@ def judge_line(raw: bytes) -> tuple[Verdict, str]:
     try:
         value = decode_json(raw, what="message")
     except InvalidRequest as exc:
-        try:  # the envelope's id and method, from the line with its deep parts cut off
-            envelope = json.loads(pruned(raw.decode("utf-8", "replace")))
+        try:  # the envelope's id and method, leniently, from the line with its deep parts cut off
+            envelope = json.loads(pruned(raw.decode("utf-8", "replace")), parse_int=_lenient_int, parse_constant=str)
         except ValueError:
             envelope = None
         return Verdict(*_envelope_of(envelope), error=exc), "\n"
