@@ -12,6 +12,7 @@ MODULES = [
     "cranfield_quality",
     "activation_latency",
     "indexing",
+    "watcher",
     "bench_recording",
     "recording_overhead",
     "api_overhead",
