@@ -50,6 +50,19 @@ class ProjectNotFound(MemoryCoreError):
     """No project with that id exists."""
 
     code = "project_not_found"
+    KNOWN_SHOWN = 50  # names beyond this are counted, not listed (an agent reads the message)
+
+    @classmethod
+    def among(cls, project_id: str, known: list[str]) -> ProjectNotFound:
+        """The error naming the projects that do exist, so whoever asked (often an agent) can
+        correct the id instead of guessing; ``known`` is every project id, sorted."""
+        shown = known[: cls.KNOWN_SHOWN]
+        if not known:
+            said = "no project exists yet (memcore project add NAME --source PATH)"
+        else:
+            more = f" and {len(known) - len(shown)} more" if len(known) > len(shown) else ""
+            said = "known projects: " + ", ".join(shown) + more
+        return cls(f"unknown project {project_id!r}; {said}", project=project_id, known_projects=shown)
 
 
 class ProjectExists(MemoryCoreError):

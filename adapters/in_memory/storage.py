@@ -50,10 +50,6 @@ class _Pointer:
     previous: Generation | None = None
 
 
-def _not_found(project_id: str) -> ProjectNotFound:
-    return ProjectNotFound(f"unknown project {project_id!r}", project=project_id)
-
-
 class InMemoryCatalog:
     """Catalog port plus the manifest and file-hash cache helpers of SqliteCatalog."""
 
@@ -75,7 +71,7 @@ class InMemoryCatalog:
         try:
             return self._projects[project_id]
         except KeyError:
-            raise _not_found(project_id) from None
+            raise ProjectNotFound.among(project_id, sorted(self._projects)) from None
 
     def list_projects(self) -> list[Project]:
         return [self._projects[k] for k in sorted(self._projects)]

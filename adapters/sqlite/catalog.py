@@ -94,7 +94,7 @@ class SqliteCatalog:
         with storage_errors("cannot read project"), self._conn:
             rows = self._conn.execute("SELECT created_at FROM projects WHERE project_id = ?", (project_id,)).fetchall()
             if not rows:
-                raise _not_found(project_id)
+                raise _not_found(self._conn, project_id)
             return Project(project_id, self._sources(project_id), str(rows[0][0]))
 
     def list_projects(self) -> list[Project]:
@@ -107,7 +107,7 @@ class SqliteCatalog:
         with storage_errors("cannot remove project"), write_transaction(self._conn) as conn:
             conn.execute("DELETE FROM projects WHERE project_id = ?", (project_id,))
             if conn.changes() == 0:
-                raise _not_found(project_id)
+                raise _not_found(self._conn, project_id)
 
     # -- Project Local Storage ----------------------------------------------------------------
 
@@ -122,7 +122,7 @@ class SqliteCatalog:
         with storage_errors("cannot record project storage"), write_transaction(self._conn) as conn:
             conn.execute("UPDATE projects SET storage_dir = ? WHERE project_id = ?", (location, project_id))
             if conn.changes() == 0:
-                raise _not_found(project_id)
+                raise _not_found(self._conn, project_id)
             conn.executemany(
                 "UPDATE generations SET directory = ? WHERE project_id = ? AND index_revision = ?",
                 [(directory, project_id, revision) for revision, directory in directories.items()],
@@ -133,7 +133,7 @@ class SqliteCatalog:
         """Forget the project's generations (rows and pointer): the next index rebuilds."""
         with storage_errors("cannot clear generations"), write_transaction(self._conn) as conn:
             if not self._exists(project_id):
-                raise _not_found(project_id)
+                raise _not_found(self._conn, project_id)
             conn.execute("DELETE FROM project_generation_pointers WHERE project_id = ?", (project_id,))
             conn.execute("DELETE FROM generations WHERE project_id = ?", (project_id,))
 
@@ -151,7 +151,7 @@ class SqliteCatalog:
         g = generation
         with storage_errors("cannot record generation"), write_transaction(self._conn) as conn:
             if not self._exists(g.project_id):
-                raise _not_found(g.project_id)
+                raise _not_found(self._conn, g.project_id)
             conn.execute(
                 f"INSERT OR REPLACE INTO generations({_GENERATION_COLUMNS}, manifest_hash) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -257,7 +257,7 @@ class SqliteCatalog:
     def _pointed(self, project_id: str, column: str) -> Generation | None:
         with storage_errors("cannot read generation"), self._conn:
             if not self._exists(project_id):
-                raise _not_found(project_id)
+                raise _not_found(self._conn, project_id)
             rows = self._conn.execute(
                 f"SELECT {_G_COLUMNS} FROM project_generation_pointers p "
                 f"JOIN generations g ON g.project_id = p.project_id AND g.index_revision = p.{column} "
@@ -297,5 +297,6 @@ class StorageLocations:
             self._conn.close()
 
 
-def _not_found(project_id: str) -> ProjectNotFound:
-    return ProjectNotFound(f"unknown project {project_id!r}", project=project_id)
+def _not_found(conn: Any, project_id: str) -> ProjectNotFound:
+    known = [str(row[0]) for row in conn.execute("SELECT project_id FROM projects ORDER BY project_id")]
+    return ProjectNotFound.among(project_id, known)

@@ -114,6 +114,20 @@ def test_unknown_project_raises_project_not_found(catalog, call):
     with pytest.raises(ProjectNotFound) as info:
         call(catalog)
     assert info.value.code == "project_not_found"
+    assert info.value.details["known_projects"] == [] and "no project exists yet" in info.value.message
+
+
+@pytest.mark.parametrize(
+    "call", [lambda c: c.get_project("nope"), lambda c: c.current_generation("nope")], ids=["get", "current"]
+)
+def test_project_not_found_names_the_known_projects(catalog, call):
+    """So an agent that guessed the id can correct it (issue 19)."""
+    for pid in ("beta", "alpha"):
+        catalog.add_project(project(pid))
+    with pytest.raises(ProjectNotFound) as info:
+        call(catalog)
+    assert info.value.details == {"project": "nope", "known_projects": ["alpha", "beta"]}
+    assert info.value.message == "unknown project 'nope'; known projects: alpha, beta"
 
 
 def test_new_project_has_no_generation(catalog):
