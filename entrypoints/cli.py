@@ -109,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     rs = runs.add_parser("show", help="one Run's full trace")
     rs.add_argument("run_id")
     rs.add_argument("--rows", type=int, default=25)
+    rs.add_argument("--manifest", action="store_true", help="with the Effective Memory the Run saw at activation")
     rs.add_argument("--json", action="store_true")
     rc = runs.add_parser("clear", help="Clear History: delete unpinned Runs and unreferenced blobs")
     rc.add_argument("--project", help="only this project's Runs (default: every project)")

@@ -214,7 +214,7 @@ def runs_list(engine: Engine, args: argparse.Namespace) -> int:
 
 
 def runs_show(engine: Engine, args: argparse.Namespace) -> int:
-    detail = engine.get_run(args.run_id)
+    detail = engine.get_run(args.run_id, manifest=args.manifest)
     if args.json:
         _emit_json(wire.to_json(detail))
     else:

@@ -143,6 +143,14 @@ def run_detail(detail: RunDetail, rows: int) -> list[Any]:
     ]
     if s.status == "failed":
         lines.append(f"[red]error[/] stage {s.error_stage}, code {s.error_code}: {s.error_summary}")
+    lag = detail.lag()
+    if lag is not None and detail.manifest is not None:
+        stale, missing = lag
+        lines.append(
+            f"Effective Memory at activation: {len(detail.manifest)} resources"
+            + (f"; [yellow]index behind[/]: stale {', '.join(stale) or 'none'}, missing {', '.join(missing) or 'none'}"
+               if stale or missing else "; the index matched it")
+        )  # fmt: skip
     if detail.candidates:
         lines.append(
             stage_table(

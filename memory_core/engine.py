@@ -38,6 +38,7 @@ from memory_core.local_storage import CURRENT, PREVIOUS, UNREFERENCED, ProjectRe
 from memory_core.model import (
     EffectiveMemory,
     Generation,
+    ManifestEntry,
     Project,
     ScannedResource,
     Source,
@@ -188,6 +189,10 @@ class OpenGeneration:
         self.uris = dict(uris)
         self.hashes = dict(hashes or {})  # resource_id -> resource hash in this generation
         self.hash_set = frozenset(self.hashes.values())
+        # The last live memory compared with this generation: (its hash, resource_id -> hash,
+        # resources changed, its entries whose body the generation lacks). Activations between
+        # two edits see the same live memory: the manifest is walked once per change, not per Run.
+        self.last_live: tuple[str, dict[str, str], int, tuple[ManifestEntry, ...]] | None = None
         self.exact = ExactIndex(units)
         self.lexical = lexical
         self.vectors = vectors
@@ -513,23 +518,28 @@ class Engine:
             return None, Freshness(False, None, None, pending, None, error=reason[:500])
         if live.hash == generation.effective_memory_hash:
             return live, Freshness(True, False, 0, pending, live.hash)
-        now = {e.resource_id: e.resource_hash for e in live.entries}
         then = opened.hashes
-        changed = sum(1 for r, h in now.items() if then.get(r) != h) + sum(1 for r in then if r not in now)
+        last = opened.last_live
+        if last is None or last[0] != live.hash:
+            now = {e.resource_id: e.resource_hash for e in live.entries}
+            changed = sum(1 for r, h in now.items() if then.get(r) != h) + sum(1 for r in then if r not in now)
+            foreign = tuple(e for e in live.entries if e.resource_hash not in opened.hash_set)
+            last = opened.last_live = (live.hash, now, changed, foreign)
+        _, now, changed, foreign = last
         returned = dict.fromkeys(f.resource_id for f in fragments)
         stale = tuple(r for r in returned if r in now and now[r] != then.get(r))
         missing = tuple(r for r in returned if r not in now)
-        error = self._keep_live_blobs(live, opened) if keep_blobs else None
+        error = self._keep_live_blobs(live, foreign) if keep_blobs else None
         return live, Freshness(True, True, changed, pending, live.hash, stale, missing, error)
 
-    def _keep_live_blobs(self, live: EffectiveMemory, opened: OpenGeneration) -> str | None:
+    def _keep_live_blobs(self, live: EffectiveMemory, foreign: Sequence[ManifestEntry]) -> str | None:
         """Store the bodies of live resources the generation does not hold, so a case made from
         this Run has its whole corpus (seed: the Run's content-addressed resource blobs). Only
         changed files are read, and each only once: a later Run finds its blob stored."""
         blobs, scanner = self.indexer.blobs, self.indexer.scanner
         failed: list[str] = []
-        for e in live.entries:
-            if e.resource_hash in opened.hash_set or blobs.exists(e.resource_hash):
+        for e in foreign:  # the live entries whose body the generation does not hold
+            if blobs.exists(e.resource_hash):
                 continue
             try:
                 blobs.put(scanner.read(ScannedResource(

@@ -1,9 +1,11 @@
 """Evaluation Sets: frozen corpora, cases from Runs, versioned judgments, reports (seed
 "Evaluation Case"; brief §3, §7).
 
-A Case freezes a succeeded Run: its query and project, its Effective Memory manifest as an
-immutable Corpus (``corpus_id`` = the manifest hash, so equal manifests share one Corpus) whose
-bodies stay in the blob store, and a copy of its candidate trace; the Run is pinned. Judgments
+A Case freezes a succeeded Run: its query and project, its Effective Memory manifest (the live
+sources at activation, which may differ from the generation that ranked the candidates: that lag
+is what Stale Result and Scope Violation measure) as an immutable Corpus (``corpus_id`` = the
+manifest hash, so equal manifests share one Corpus) whose bodies stay in the blob store, and a
+copy of its candidate trace; the Run is pinned. Judgments
 are replaced as a whole under ``expected_judgment_version`` (compare-and-set); every version is
 kept. ``reviewed_version`` records which judgment version a person reviewed: replacing the
 judgments makes a reviewed case unreviewed again, since only reviewed cases may gate (seed).

@@ -164,6 +164,16 @@ class RunDetail:
     # compare with the candidates' resource hashes, which are the ranking generation's.
     manifest: tuple[ManifestEntry, ...] | None = None
 
+    def lag(self) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """(stale, missing): candidates' resources edited or deleted in the sources since the
+        generation that ranked them was built, sorted; None without the manifest."""
+        if self.manifest is None:
+            return None
+        live = {e.resource_id: e.resource_hash for e in self.manifest}
+        stale = {c.resource_id for c in self.candidates if live.get(c.resource_id, c.resource_hash) != c.resource_hash}
+        missing = {c.resource_id for c in self.candidates if c.resource_id not in live}
+        return tuple(sorted(stale)), tuple(sorted(missing))
+
 
 @attrs.frozen
 class RunFilter:

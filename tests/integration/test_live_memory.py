@@ -120,3 +120,35 @@ def test_a_vanished_source_never_fails_the_activation_or_changes_its_answer(home
     # What could be recorded: the memory of the generation that answered.
     assert run.summary.status == "succeeded"
     assert run.summary.effective_memory_hash == after.response.revisions["effective_memory_hash"]
+
+
+def test_the_cli_warns_when_the_index_is_behind_and_shows_what_a_run_saw(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+
+    def memcore(*args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "memory_core", "--home", str(tmp_path / "home"), *args],
+            capture_output=True, text=True, cwd=root, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done
+
+    source = write_memory(tmp_path / "notes")
+    memcore("project", "add", "notes", "--source", str(source))
+    memcore("index", "notes")
+    (source / "wing.md").write_text("# Wing flutter\n\nNow measured in the tunnel.\n", encoding="utf-8")
+    (source / "layer.md").unlink()
+    lagging = memcore("activate", "notes", QUERY, "--json")
+    assert "warning: the index of 'notes' is behind its sources (2 resource(s) changed" in lagging.stderr
+    assert "edited since: wing.md" in lagging.stderr and "deleted since: layer.md" in lagging.stderr
+    assert "run `memcore index notes`" in lagging.stderr
+    response = json.loads(lagging.stdout)["response"]  # stdout stays one JSON document
+    assert response["freshness"]["index_behind"] is True
+    shown = memcore("runs", "show", response["run_id"], "--manifest")
+    assert "index behind" in shown.stdout and "stale wing.md, missing layer.md" in shown.stdout
+    detail = json.loads(memcore("runs", "show", response["run_id"], "--manifest", "--json").stdout)
+    assert {e["resource_id"] for e in detail["manifest"]} == set(TOPICS) - {"layer.md"}
