@@ -266,6 +266,12 @@ class FileSystemScanner:
         )
 
 
+def source_root(raw: str) -> Path:
+    """The source directory ``raw`` names, resolved; SourceUnavailable when it cannot be one
+    (``memcore project add`` refuses such a source before anything is stored)."""
+    return _open_root(raw)
+
+
 def _open_root(raw: str) -> Path:
     """The source directory, resolved; SourceUnavailable when missing, not a directory,
     unreadable, or reached through a path that is not text (a symlink to an undecodable name)."""

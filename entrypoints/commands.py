@@ -13,7 +13,7 @@ from typing import Any
 from memory_core.engine import Engine, Freshness
 from memory_core.entrypoints import render, wire
 from memory_core.entrypoints.bootstrap import bootstrap
-from memory_core.entrypoints.cli import _emit_json, _parse_source
+from memory_core.entrypoints.cli import _emit_json, _parse_source, hint
 from memory_core.entrypoints.output_file import OutputFile
 from memory_core.entrypoints.wire_input import decode_json
 from memory_core.errors import InvalidActivationState, InvalidRequest
@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def progress_bar(enabled: bool) -> tuple[AbstractContextManager[Any], Progress | None]:
-    if not enabled:
+    # Only on a terminal: piped, rich's transient bar leaves a blank line ahead of the output.
+    if not enabled or not render.console().is_terminal:
         return nullcontext(), None
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
     from rich.progress import Progress as Bar
@@ -69,7 +70,8 @@ def project_add(engine: Engine, args: argparse.Namespace) -> int:
     if args.json:
         _emit_json(wire.project_to_json(info))
     else:
-        render.console().print(f"added project {project.project_id}; next: memcore index {project.project_id}")
+        render.console().print(hint(f"added project {project.project_id}; next: memcore index {project.project_id}",
+                                    args.home))
     return 0
 
 
@@ -127,7 +129,8 @@ def project_storage(engine: Engine, args: argparse.Namespace) -> int:
     out = render.console()
     out.print(render.storage_table(storage))
     if args.storage_action == "clear":
-        out.print(f"cleared; until `memcore index {args.name}` rebuilds it, activate answers project_not_indexed")
+        out.print(hint(f"cleared; until `memcore index {args.name}` rebuilds it, activate answers project_not_indexed",
+                       args.home))
     return 0
 
 
@@ -171,7 +174,7 @@ def activate(engine: Engine, args: argparse.Namespace) -> int:
             saved.write(json.dumps(activation.response.activation_state.to_json(), indent=2).encode("utf-8"))
     warning = freshness_warning(args.project, activation.response.freshness)
     if warning:
-        print(f"warning: {warning}", file=sys.stderr)  # stderr: --json output stays one document
+        print(f"warning: {hint(warning, args.home)}", file=sys.stderr)  # stderr: --json output stays one document
     if args.json:
         _emit_json(
             {
@@ -233,7 +236,7 @@ def confirm(question: str, what: str = "to clear history") -> bool:
 
 
 def runs_clear(engine: Engine, args: argparse.Namespace) -> int:
-    scope = f"project {args.project!r}" if args.project else "every project"
+    scope = f"project {args.project!r}" if args.project else "every project"  # --all says the default
     if not args.yes and not confirm(f"Delete the unpinned Retrieval Runs of {scope}?"):
         render.console().print("nothing deleted")
         return 0

@@ -620,6 +620,15 @@ class RuntimeStatus:
     projects: tuple[ProjectHealth, ...] = attrs.field(
         default=(), metadata={"schema": {"description": "each project's watch and re-index health"}}
     )
+    on_demand: bool = attrs.field(
+        default=False,
+        metadata={"schema": {"description": "started by a client (memcore mcp, memcore ui), not by memcore serve"}},
+    )
+    idle_exit_seconds: float | None = attrs.field(
+        default=None,
+        metadata={"schema": {"description": "it stops after this long idle (no request, client or re-index); "
+                             "null: it runs until stopped"}},
+    )
 
 
 @attrs.frozen

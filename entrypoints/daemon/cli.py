@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-COMMANDS = frozenset({"serve", "ui", "mcp", "contracts"})
+COMMANDS = frozenset({"serve", "ui", "mcp", "contracts", "status"})
 
 
 def _port(value: str) -> int:
@@ -40,17 +40,54 @@ NO_WATCH_HELP = (
 )
 
 
-def add_cli_commands(subparsers: Any) -> None:
-    """Add ``serve``, ``ui``, ``mcp`` and ``contracts generate`` to the main parser's subparsers."""
-    serve = subparsers.add_parser("serve", help="run the daemon for this home on a Unix socket")
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seconds, not {value!r}") from None
+    if not seconds >= 0 or seconds == float("inf"):  # also NaN
+        raise argparse.ArgumentTypeError(f"seconds, 0 or more, not {value}")
+    return seconds
+
+
+IDLE_EXIT_HELP = (
+    "stop after this many seconds with no request, no connected `memcore mcp` or UI page and no "
+    "re-index (0: never; default: never, or 600 with --on-demand)"
+)
+ON_DEMAND_IDLE_HELP = (
+    "how long a daemon this command starts may stay idle (no request, no connected client, no re-index) "
+    "before it stops (default: 600; 0: never)"
+)
+
+
+def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
+    """The daemon's options, for ``memcore serve`` and ``python -m memory_core.entrypoints.daemon``."""
     serve.add_argument("--socket", help="socket path (default: <home>/run/memcore.sock)")
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                       help="the least severe JSON log line written to stderr (default: info)")
     serve.add_argument("--no-warm", action="store_true", help="do not load the model before the first query")
     serve.add_argument("--ui-port", type=_port, default=0, metavar="PORT",
                        help="Diagnostics UI port on 127.0.0.1 (default: 0, a free port)")
     serve.add_argument("--no-ui", action="store_true", help="do not serve the Diagnostics UI")
     serve.add_argument("--sync-history", action="store_true", help=SYNC_HISTORY_HELP)
     serve.add_argument("--no-watch", action="store_true", help=NO_WATCH_HELP)
+    serve.add_argument("--idle-exit", type=_seconds, metavar="SECONDS", help=IDLE_EXIT_HELP)
+    serve.add_argument("--on-demand", action="store_true",
+                       help="started by a client (memcore mcp, memcore ui): says so in status; implies --idle-exit 600")
+
+
+def serve_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``serve``'s keyword arguments from parsed :func:`add_serve_arguments` options."""
+    return {
+        "warm": not args.no_warm, "ui_port": None if args.no_ui else args.ui_port,
+        "sync_history": args.sync_history, "watch": not args.no_watch,
+        "idle_exit_s": args.idle_exit, "on_demand": args.on_demand,
+    }
+
+
+def add_cli_commands(subparsers: Any) -> None:
+    """Add ``serve``, ``ui``, ``mcp`` and ``contracts generate`` to the main parser's subparsers."""
+    add_serve_arguments(subparsers.add_parser("serve", help="run the daemon for this home on a Unix socket"))
 
     ui = subparsers.add_parser(
         "ui", help="print the Diagnostics page's address (with this daemon start's token) and open it"
@@ -59,17 +96,24 @@ def add_cli_commands(subparsers: Any) -> None:
     ui.add_argument("--json", action="store_true", help="print {url, base_url, port, pid} as JSON")
     ui.add_argument("--start-timeout", type=float, default=60.0, metavar="SECONDS",
                     help="how long to wait for a daemon this command starts (default: 60)")
+    ui.add_argument("--idle-exit", type=_seconds, default=None, metavar="SECONDS", help=ON_DEMAND_IDLE_HELP)
 
     mcp = subparsers.add_parser(
         "mcp", help="serve the activate_memory MCP tool on stdio (starts the daemon when none runs)"
     )
     mcp.add_argument("--start-timeout", type=float, default=60.0, metavar="SECONDS",
                      help="how long to wait for a daemon this command starts (default: 60)")
+    mcp.add_argument("--idle-exit", type=_seconds, default=None, metavar="SECONDS", help=ON_DEMAND_IDLE_HELP)
     mcp.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
                      help="logs go to stderr (stdout is the MCP protocol)")
 
+    status = subparsers.add_parser(
+        "status", help="is this home's daemon running: pid, uptime, started on demand or not, idle timeout"
+    )
+    status.add_argument("--json", action="store_true", help="print it as JSON ({running: false, ...} when none runs)")
+
     contracts = subparsers.add_parser("contracts", help="the daemon's API contract and the MCP tool's schema")
-    actions = contracts.add_subparsers(dest="action", required=True)
+    actions = contracts.add_subparsers(dest="action", required=True, help="what to do with the contracts")
     generate = actions.add_parser(
         "generate", help="write contracts/openapi.json and contracts/mcp-activate_memory.schema.json"
     )
@@ -84,22 +128,76 @@ def handle(args: argparse.Namespace) -> int:
         from .server import configure_logging, serve
 
         configure_logging(args.log_level)
-        return serve(
-            args.home, args.socket, warm=not args.no_warm, ui_port=None if args.no_ui else args.ui_port,
-            sync_history=args.sync_history, watch=not args.no_watch,
-        )  # fmt: skip
+        return serve(args.home, args.socket, **serve_options(args))
     if args.command == "ui":
         from memory_core.entrypoints.ui.launch import main as ui_main
 
         return ui_main(args.home, open_browser=not args.no_open, start_timeout_s=args.start_timeout,
-                       print_json=args.json)
+                       print_json=args.json, idle_exit_s=args.idle_exit)
     if args.command == "mcp":
         from memory_core.entrypoints.mcp_server import main
 
-        return main(args.home, start_timeout_s=args.start_timeout, log_level=args.log_level)
+        return main(args.home, start_timeout_s=args.start_timeout, log_level=args.log_level,
+                    idle_exit_s=args.idle_exit)
+    if args.command == "status":
+        return _status(args.home, as_json=args.json)
     if args.command == "contracts" and args.action == "generate":
         return _generate(args.output, check=args.check)
     raise ValueError(f"not a daemon command: {args.command}")
+
+
+def lifetime(on_demand: bool, idle_exit_s: float | None) -> str:
+    """Whether a daemon stops by itself, in words (``memcore status``; the Runtime page says the same)."""
+    started = "started on demand (memcore mcp or ui)" if on_demand else "started by memcore serve"
+    if idle_exit_s:
+        return f"{started}; stops after {idle_exit_s:g} s idle (no request, connected client or re-index)"
+    return f"{started}; runs until stopped"
+
+
+def _status(home: str | None, *, as_json: bool) -> int:
+    """``memcore status``: the home's daemon, or that none runs (exit 0 either way)."""
+    import json
+
+    from memory_core.adapters.home import resolve_home
+
+    from .client import DaemonClient
+
+    root = resolve_home(home)
+    client = DaemonClient.running(root, timeout=10)
+    if client is None:
+        if as_json:
+            print(json.dumps({"running": False, "home": str(root)}, indent=2))
+        else:
+            print(f"daemon: not running for {str(root)!r} (commands run in process; `memcore serve` starts one, "
+                  "as `memcore mcp` and `memcore ui` do on demand)")
+        return 0
+    with client:
+        st = client.runtime_status()
+    if as_json:
+        print(json.dumps({
+            "running": True, "home": st.home, "pid": st.pid, "socket": st.socket, "version": st.version,
+            "started_at": st.started_at, "uptime_seconds": st.uptime_seconds, "on_demand": st.on_demand,
+            "idle_exit_seconds": st.idle_exit_seconds, "watching": st.watching,
+        }, indent=2))  # fmt: skip
+        return 0
+    print(f"daemon: running for {st.home!r}, pid {st.pid}, up {st.uptime_seconds:.0f} s (since {st.started_at})")
+    print(f"lifetime: {lifetime(st.on_demand, st.idle_exit_seconds)}")
+    print(f"socket: {st.socket}; watching sources: {'yes' if st.watching else 'no'}")
+    return 0
+
+
+def _require_checkout(default: Path) -> None:
+    """The default targets are a source checkout's ``contracts/``: in an installed package they
+    would land in site-packages, so refuse there (``--output`` still writes the document)."""
+    from memory_core.errors import InvalidRequest
+
+    root = default.parent.parent
+    if not ((root / "pyproject.toml").is_file() and default.parent.is_dir()):
+        raise InvalidRequest(
+            f"`memcore contracts generate` writes a source checkout's contracts/, and this memory-core is "
+            f"installed at {str(root)!r}, not a checkout: pass --output FILE for the OpenAPI document",
+            installed_at=str(root),
+        )
 
 
 def _generate(output: Path | None, *, check: bool) -> int:
@@ -107,10 +205,12 @@ def _generate(output: Path | None, *, check: bool) -> int:
 
     from . import openapi
 
+    if output is None:
+        _require_checkout(openapi.default_path())
     # (path, is it current, write it)
     targets = [(output or openapi.default_path(), openapi.is_current, openapi.write)]
     if output is None:
-        targets.append((mcp_server.default_schema_path(), mcp_server.schema_is_current, mcp_server.write_schema))
+        targets += mcp_server.schema_targets()  # one contract per MCP tool
     if check:
         stale = [path for path, current, _ in targets if not current(path)]
         for path in stale:

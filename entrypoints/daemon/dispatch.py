@@ -89,6 +89,8 @@ class Context:
     _gauge: threading.Lock = attrs.field(factory=threading.Lock)
     # The daemon's source watcher and re-index worker (None: index on the engine, under its lock).
     watcher: Watcher | None = None
+    # The daemon's IdleClock (server.py): how long it has been idle, when it stops (None: in tests).
+    idle: Any = None
 
     def call(self, method: Method, request: Any) -> Any:
         """Run a handler; blocking, so the app calls it from a worker thread."""
@@ -133,6 +135,8 @@ def runtime_status(ctx: Context, _: api.RuntimeStatusRequest) -> api.RuntimeStat
         in_flight=ctx.in_flight,
         watching=ctx.watcher is not None and ctx.watcher.watch,
         projects=tuple(ctx.watcher.health()) if ctx.watcher is not None else (),
+        on_demand=bool(ctx.idle is not None and ctx.idle.on_demand),
+        idle_exit_seconds=ctx.idle.limit_s if ctx.idle is not None else None,
     )
 
 

@@ -32,6 +32,7 @@ import socket
 import stat
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,13 +43,14 @@ from memory_core.engine import Engine
 from memory_core.errors import InvalidRequest, MemoryCoreError, StorageUnavailable
 
 from . import api, paths
-from .cli import NO_WATCH_HELP, SYNC_HISTORY_HELP
+from .cli import add_serve_arguments, serve_options
 from .dispatch import Context
 
 log = logging.getLogger("memory_core.daemon")
 BACKLOG = 128
 UI_HOST = "127.0.0.1"  # loopback only: never another interface
 DRAIN_TIMEOUT_S = 30.0
+DEFAULT_IDLE_EXIT_S = 600.0  # an on-demand daemon's idle time before it stops (10 minutes)
 
 
 # -- logs -------------------------------------------------------------------------------------
@@ -299,6 +301,75 @@ def _drain(context: Context, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         log.warning("an engine call is still running at shutdown", extra={"fields": {"waited_s": timeout_s}})
 
 
+# -- stopping when idle -----------------------------------------------------------------------
+class IdleClock:
+    """How long the daemon has had nothing to do, and the stop once that reaches ``limit_s``.
+
+    Activity: an HTTP request in flight or begun (counted at the ASGI layer, so every method and
+    the UI's pages count, whatever they do), an engine call, and the watcher's work (a change
+    seen, a re-index queued, running or finished). ``limit_s`` None: never stop."""
+
+    def __init__(self, limit_s: float | None, *, on_demand: bool = False) -> None:
+        self.limit_s = limit_s
+        self.on_demand = on_demand
+        self._lock = threading.Lock()
+        self._active = 0
+        self._last = time.monotonic()
+        self._watcher_seen: Any = None
+        self._stop = threading.Event()
+
+    def touch(self) -> None:
+        with self._lock:
+            self._last = time.monotonic()
+
+    def wrap(self, app: Any) -> Any:
+        """``app`` with every HTTP request counted from its start to its last byte."""
+
+        async def counted(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            with self._lock:
+                self._active += 1
+                self._last = time.monotonic()
+            try:
+                await app(scope, receive, send)
+            finally:
+                with self._lock:
+                    self._active -= 1
+                    self._last = time.monotonic()
+
+        return counted
+
+    def _watcher_busy(self, context: Context) -> bool:
+        """The watcher works, or did something since the last look (a change, a finished re-index)."""
+        if context.watcher is None:
+            return False
+        health = context.watcher.health()
+        seen = [(h.project_id, h.last_change_at, h.last_reindex) for h in health]
+        changed, self._watcher_seen = seen != self._watcher_seen, seen
+        return changed or any(h.indexing or h.reindex_pending for h in health)
+
+    def run(self, context: Context, stop: Callable[[], None]) -> None:
+        """Until :meth:`close`: call ``stop`` once idle for ``limit_s`` (checked a few times per limit)."""
+        if self.limit_s is None:
+            return
+        period = min(1.0, self.limit_s / 10)
+        while not self._stop.wait(period):
+            if self._watcher_busy(context) or context.in_flight:
+                self.touch()
+            with self._lock:
+                idle = 0.0 if self._active else time.monotonic() - self._last
+                if idle < self.limit_s:
+                    continue
+            log.info("idle: stopping", extra={"fields": {"idle_s": round(idle, 3), "idle_exit_s": self.limit_s}})
+            stop()
+            return
+
+    def close(self) -> None:
+        self._stop.set()
+
+
 # -- serve ------------------------------------------------------------------------------------
 def serve(
     home: str | os.PathLike[str] | None = None,
@@ -309,12 +380,16 @@ def serve(
     ui_port: int | None = 0,
     sync_history: bool = False,
     watch: bool = True,
+    idle_exit_s: float | None = None,
+    on_demand: bool = False,
 ) -> int:
     """Run the daemon for ``home`` until SIGTERM/SIGINT; returns the exit status (0).
 
     ``ui_port``: the Diagnostics UI's port on 127.0.0.1 (0: a free one; None: no UI).
     ``sync_history``: commit each Run's trace before answering (see ``bootstrap``).
-    ``watch``: follow every project's sources and re-index changed ones in the background."""
+    ``watch``: follow every project's sources and re-index changed ones in the background.
+    ``idle_exit_s``: stop after that long without activity (None: never; with ``on_demand``,
+    started by a client, the default is ``DEFAULT_IDLE_EXIT_S``; 0 also means never)."""
     import uvicorn
 
     from memory_core.adapters.home import prepare_home, resolve_home
@@ -332,6 +407,12 @@ def serve(
     context: Context | None = None
     handlers: dict[int, Any] = {}
     stop_watcher: Callable[[], None] | None = None
+    if idle_exit_s is None and on_demand:
+        idle_exit_s = DEFAULT_IDLE_EXIT_S
+    if idle_exit_s is not None and idle_exit_s < 0:
+        raise InvalidRequest(f"--idle-exit is seconds, 0 or more, not {idle_exit_s:g}", idle_exit=idle_exit_s)
+    clock = IdleClock(idle_exit_s or None, on_demand=on_demand)
+    idle_thread: threading.Thread | None = None
     path = Path(socket_path).absolute() if socket_path else paths.default_socket_path(root)
     try:
         sock = bind_socket(path, private_parent=socket_path is None or not path.parent.exists())
@@ -346,7 +427,7 @@ def serve(
             engine = engine_factory(root)
         recover_interrupted_runs(engine)
         started_at = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
-        context = Context(engine=engine, home=str(root), socket=str(path), started_at=started_at)
+        context = Context(engine=engine, home=str(root), socket=str(path), started_at=started_at, idle=clock)
         lock.record(paths.DaemonInfo(os.getpid(), str(path), started_at))
         stop_watcher = start_watcher(context, root, watch=watch)
         if warm:
@@ -361,7 +442,7 @@ def serve(
             listeners.append(ui_sock)
             http = bounded_h11()  # the UI port's heads have a deadline, its peers a bound
         config = uvicorn.Config(
-            app,
+            clock.wrap(app),  # outside the listener split: a request to either port is activity
             http=http,
             lifespan="off",
             proxy_headers=False,  # nothing proxies us: X-Forwarded-* from a local page is a lie
@@ -371,14 +452,23 @@ def serve(
             server_header=False,
         )
         server = uvicorn.Server(config)
+        idle_thread = threading.Thread(
+            target=clock.run, args=(context, lambda: setattr(server, "should_exit", True)), name="idle-exit",
+            daemon=True,
+        )  # should_exit: uvicorn's own graceful stop, as on SIGTERM (requests in flight finish)
+        idle_thread.start()
         # uvicorn re-raises the signal it caught once it has shut down; with a default handler
         # that would kill us before the engine closes, so the outer handlers only note it.
         for sig in (signal.SIGTERM, signal.SIGINT):
             handlers[sig] = signal.signal(sig, lambda *_: None)
-        log.info("serving", extra={"fields": {"home": str(root), "socket": str(path), "pid": os.getpid()}})
+        log.info("serving", extra={"fields": {"home": str(root), "socket": str(path), "pid": os.getpid(),
+                                              "on_demand": on_demand, "idle_exit_s": clock.limit_s}})
         server.run(sockets=listeners)
         return 0
     finally:
+        clock.close()
+        if idle_thread is not None:
+            idle_thread.join(timeout=5)
         if ui_sock is not None:
             ui_sock.close()
             ui_launch.remove_ui_info(root, os.getpid())
@@ -413,25 +503,11 @@ def _with_ui(root: Path, context: Context, daemon_app: Any, ui_sock: socket.sock
     return by_listener(daemon_app, create_ui_app(context, daemon_app, ui), port)
 
 
-def ui_port_argument(value: str) -> int:
-    port = int(value)
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0-65535, not {value}")
-    return port
-
-
 # -- command line -----------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memcore-daemon", description="Run the memory-core daemon.")
     parser.add_argument("--home", help="data directory (default: $MEMORY_CORE_HOME or the user data dir)")
-    parser.add_argument("--socket", help="socket path (default: <home>/run/memcore.sock)")
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    parser.add_argument("--no-warm", action="store_true", help="do not load the model before the first query")
-    parser.add_argument("--ui-port", type=ui_port_argument, default=0, metavar="PORT",
-                        help="Diagnostics UI port on 127.0.0.1 (default: 0, a free port)")
-    parser.add_argument("--no-ui", action="store_true", help="do not serve the Diagnostics UI")
-    parser.add_argument("--sync-history", action="store_true", help=SYNC_HISTORY_HELP)
-    parser.add_argument("--no-watch", action="store_true", help=NO_WATCH_HELP)
+    add_serve_arguments(parser)  # the same options as `memcore serve`
     return parser
 
 
@@ -439,10 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level)
     try:
-        return serve(
-            args.home, args.socket, warm=not args.no_warm, ui_port=None if args.no_ui else args.ui_port,
-            sync_history=args.sync_history, watch=not args.no_watch,
-        )  # fmt: skip
+        return serve(args.home, args.socket, **serve_options(args))
     except MemoryCoreError as exc:
         # A record of the JSON log like every other line on stderr (the text keeps the CLI's form).
         log.error(f"error[{exc.code}]: {exc.message}", extra={"fields": {"code": exc.code, "details": exc.details}})

@@ -88,7 +88,7 @@ def display_available() -> bool:
 
 
 def main(home_arg: str | None, *, open_browser: bool = True, start_timeout_s: float = 60.0,
-         print_json: bool = False) -> int:
+         print_json: bool = False, idle_exit_s: float | None = None) -> int:
     """``memcore ui``: print (and open) the Diagnostics address of the home's daemon."""
     from memory_core.adapters.home import resolve_home
     from memory_core.entrypoints.daemon import api
@@ -96,7 +96,7 @@ def main(home_arg: str | None, *, open_browser: bool = True, start_timeout_s: fl
 
     home = resolve_home(home_arg)
     try:
-        with ensure_daemon(home, timeout_s=start_timeout_s, client_timeout=30) as client:
+        with ensure_daemon(home, timeout_s=start_timeout_s, client_timeout=30, idle_exit_s=idle_exit_s) as client:
             status = client.runtime_status()
     except api.DaemonUnavailable as exc:
         print(f"error[{exc.code}]: {exc.message}", file=sys.stderr)

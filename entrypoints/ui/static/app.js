@@ -4,7 +4,7 @@ import { clear, fill, errorBox, h, unsay } from "./lib.js";
 import { caseView } from "./case.js";
 import { evaluationPage } from "./evaluation.js";
 import { retrievalPage, runPage } from "./retrieval.js";
-import { runtimePage } from "./runtime.js";
+import { heartbeat, runtimePage } from "./runtime.js";
 
 const ROUTES = [
   [/^\/(runtime)?$/, "runtime", () => runtimePage],
@@ -61,3 +61,4 @@ document.addEventListener("click", (event) => {
 window.addEventListener("popstate", () => render());
 window.memcoreNavigate = navigate; // pages import navigate lazily through this to avoid a cycle
 render();
+heartbeat(); // an open page keeps an on-demand daemon from stopping idle

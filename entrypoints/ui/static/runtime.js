@@ -153,6 +153,31 @@ function modelsPanel(models) {
   return panel;
 }
 
+// Whether this daemon stops by itself (issue 19): one started on demand by `memcore mcp` or
+// `memcore ui` stops after its idle limit; `memcore serve` runs until stopped unless given --idle-exit.
+export function lifetime(status) {
+  const idle = status.idle_exit_seconds;
+  const started = status.on_demand ? "started on demand (memcore mcp or ui)" : "started by memcore serve";
+  return idle ? `${started}; stops after ${fmtDuration(idle)} idle (no request, open page or MCP client, or re-index)`
+    : `${started}; runs until stopped`;
+}
+
+// An open page is a client: it keeps an on-demand daemon from stopping idle, with three beats per
+// idle limit, at most a minute apart (browsers slow a hidden tab's timers to about once a minute).
+export function heartbeat() {
+  const beat = async () => {
+    let wait = 60_000;
+    try {
+      const status = await call("runtime_status");
+      if (status.idle_exit_seconds) wait = Math.max(200, Math.min(60_000, (status.idle_exit_seconds * 1000) / 3));
+    } catch {
+      // gone or restarting: try again later
+    }
+    setTimeout(beat, wait);
+  };
+  beat();
+}
+
 export async function runtimePage(main) {
   const [status, extra] = await Promise.all([call("runtime_status"), view("/ui/api/runtime")]);
   const db = extra.database;
@@ -171,6 +196,7 @@ export async function runtimePage(main) {
         ["Home", h("code", null, status.home)],
         ["Socket", status.socket ? h("code", null, status.socket) : "—"],
         ["Engine", status.engine_busy ? `busy (${status.in_flight} call(s) running or queued)` : "idle"],
+        ["Lifetime", lifetime(status)],
       ])),
       h("section", { class: "panel", "aria-labelledby": "storage-h" }, h("h2", { id: "storage-h" }, "Storage"), facts([
         ["Database", h("span", null, fmtBytes(db.bytes), " ", h("code", { class: "small" }, db.path))],
