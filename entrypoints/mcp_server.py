@@ -149,11 +149,14 @@ def schema_is_current(path: Path | None = None) -> bool:
 class Forwarder:
     """Turns tool arguments into daemon calls; connects (and starts the daemon) on first use."""
 
-    def __init__(self, home: Path, *, start_timeout_s: float) -> None:
+    def __init__(self, home: Path, *, start_timeout_s: float, idle_exit_s: float | None = None,
+                 on_connect: Any = None) -> None:
         import jsonschema
 
         self.home = home
         self.start_timeout_s = start_timeout_s
+        self.idle_exit_s = idle_exit_s  # for a daemon this server starts
+        self.on_connect = on_connect  # called once connected (the heartbeat looks at the new daemon)
         self.input_schema, self.output_schema = tool_schemas()
         self._validator = jsonschema.Draft202012Validator(self.input_schema)
         self._converter = api.make_converter()
@@ -168,7 +171,9 @@ class Forwarder:
                 self._client.close()
                 self._client = None
             if self._client is None:
-                self._client = ensure_daemon(self.home, timeout_s=self.start_timeout_s)
+                self._client = ensure_daemon(self.home, timeout_s=self.start_timeout_s, idle_exit_s=self.idle_exit_s)
+                if self.on_connect is not None:
+                    self.on_connect()
             return self._client
 
     def arguments(self, raw: dict[str, Any] | None) -> dict[str, Any]:
@@ -442,8 +447,10 @@ def _package_version() -> str:
         return "0+unknown"
 
 
-def main(home: str | None = None, *, start_timeout_s: float = 60.0, log_level: str = "warning") -> int:
-    """Serve MCP on stdin/stdout until the client closes stdin."""
+def main(home: str | None = None, *, start_timeout_s: float = 60.0, log_level: str = "warning",
+         idle_exit_s: float | None = None) -> int:
+    """Serve MCP on stdin/stdout until the client closes stdin; meanwhile the home's daemon is
+    kept from stopping idle (a daemon this starts stops ``idle_exit_s`` after the client left)."""
     import anyio
     from mcp.server.stdio import stdio_server
 
@@ -453,7 +460,10 @@ def main(home: str | None = None, *, start_timeout_s: float = 60.0, log_level: s
     configure_logging(log_level)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request: the "call" line says it
     root = prepare_home(resolve_home(home))
-    forwarder = Forwarder(root, start_timeout_s=start_timeout_s)
+    from memory_core.entrypoints.daemon.launcher import Heartbeat
+
+    heartbeat = Heartbeat(root).start()
+    forwarder = Forwarder(root, start_timeout_s=start_timeout_s, idle_exit_s=idle_exit_s, on_connect=heartbeat.wake)
     server = build_server(forwarder, _package_version())
 
     async def serve() -> None:
@@ -469,5 +479,6 @@ def main(home: str | None = None, *, start_timeout_s: float = 60.0, log_level: s
     try:
         anyio.run(serve)
     finally:
+        heartbeat.close()
         forwarder.close()
     return 0
