@@ -118,6 +118,11 @@ class InMemoryRunStore:
         for r in records:
             _check_disposition(r)
         latency = dict(trace.latency_ms)
+        live = trace.live_memory
+        if live is not None and (live.hash != trace.effective_memory_hash or live.hash in self._manifests):
+            live = None  # not the Run's memory, or stored already
+        if live is not None:
+            check_manifest(live)  # before anything changes: a refused trace leaves the Run running
         with self._lock:
             run = self._running(run_id)
             run.summary = attrs.evolve(
@@ -128,9 +133,8 @@ class InMemoryRunStore:
             )  # fmt: skip
             run.revisions, run.latency_ms = dict(trace.revisions), latency
             run.candidates = tuple(sorted(records, key=lambda r: r.final_rank))
-            live = trace.live_memory
-            if live is not None and live.hash == trace.effective_memory_hash and live.hash not in self._manifests:
-                self._store_manifest(check_manifest(live), tuple(live.entries))
+            if live is not None:
+                self._store_manifest(live.hash, tuple(live.entries))
             self._ensure_manifest(trace.effective_memory_hash)
 
     def fail(self, run_id: str, failure: RunFailure) -> None:

@@ -7,6 +7,7 @@ neither counted nor pruned, and a ``running`` Run is never pruned (its owner is 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import subprocess
@@ -595,6 +596,24 @@ def test_completing_copies_an_unrecorded_manifest_from_the_catalog(world):
     other = world.store.start(run_start())
     world.store.complete(other, trace_of(ranked(5), "9" * 64))
     assert world.store.get_run(other).summary.status == SUCCEEDED
+
+
+def test_a_live_memory_no_generation_holds_is_stored_from_the_trace_once(world):
+    live = manifest("live", 4)  # the sources at activation: in no catalog, recorded by no index
+    run_id = world.store.start(run_start())
+    world.store.complete(run_id, attrs.evolve(trace_of(ranked(6), live.hash), live_memory=live))
+    assert world.store.get_run(run_id).summary.effective_memory_hash == live.hash
+    assert world.store.run_manifest(live.hash) == live.entries
+    again = world.store.start(run_start())
+    world.store.complete(again, attrs.evolve(trace_of(ranked(6), live.hash), live_memory=live))
+    assert world.store.run_manifest(live.hash) == live.entries  # shared, not duplicated
+    # A live memory whose entries do not hash to its hash is refused, never stored under it.
+    forged = attrs.evolve(manifest("forged", 2), hash="7" * 64)
+    bad = world.store.start(run_start())
+    with contextlib.suppress(InvalidRequest):  # raised inline; behind the answer the Run fails
+        world.store.complete(bad, attrs.evolve(trace_of(ranked(6), "7" * 64), live_memory=forged))
+    assert world.store.run_manifest("7" * 64) is None
+    assert world.store.get_run(bad).summary.status != SUCCEEDED
 
 
 def test_clear_one_project_keeps_pinned_runs_and_other_projects(world):
