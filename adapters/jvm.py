@@ -102,15 +102,25 @@ class JvmUnavailable(MemoryCoreError):
     code = "jvm_unavailable"
 
 
+# The jar comes from this release of pyserini, installed without its dependencies (none of its
+# Python modules is imported here): the README's install command, ./dev and the wheel test use it.
+PYSERINI_REQUIREMENT = "pyserini==1.6.0"
+_INSTALL_HINT = f"install Anserini's jar with: pip install --no-deps {PYSERINI_REQUIREMENT}"
+
+
 def anserini_jar() -> Path:
-    """The Anserini fat jar shipped inside the pyserini package (the newest if several). No JVM."""
+    """The Anserini fat jar shipped inside the pyserini package (the newest if several). No JVM.
+
+    Found by ``find_spec``, which locates the package without importing it: pyserini's modules
+    would need the dependencies a ``--no-deps`` install leaves out.
+    """
     spec = importlib.util.find_spec("pyserini")
     if spec is None or not spec.submodule_search_locations:
-        raise JvmUnavailable("pyserini is not installed")
+        raise JvmUnavailable(f"pyserini is not installed; {_INSTALL_HINT}")
     jars_dir = Path(next(iter(spec.submodule_search_locations))) / "resources" / "jars"
     jars = list(jars_dir.glob("anserini-*-fatjar.jar"))
     if not jars:
-        raise JvmUnavailable(f"no Anserini fat jar in {jars_dir}")
+        raise JvmUnavailable(f"no Anserini fat jar in {jars_dir}; {_INSTALL_HINT}")
     return max(jars, key=lambda p: (p.stat().st_mtime, p.name))
 
 
