@@ -22,16 +22,44 @@ from tests.daemon.test_launcher import stop_daemon
 from tests.daemon.test_server import memory_folder
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = ROOT / "contracts" / "mcp-activate_memory.schema.json"
 QUESTION = "how do I roll back a deploy?"
 
 
 # -- the committed schema ---------------------------------------------------------------------
-def test_the_committed_tool_schema_is_current() -> None:
-    assert mcp_server.default_schema_path() == SCHEMA
-    assert SCHEMA.read_text(encoding="utf-8") == mcp_server.render_schema(), (
-        "contracts/mcp-activate_memory.schema.json drifted: run `memcore contracts generate`"
+@pytest.mark.parametrize("tool", ["activate_memory", "list_projects"])
+def test_the_committed_tool_schema_is_current(tool: str) -> None:
+    path = ROOT / "contracts" / f"mcp-{tool}.schema.json"
+    assert mcp_server.default_schema_path(tool) == path
+    assert path in [target for target, _, _ in mcp_server.schema_targets()]
+    assert path.read_text(encoding="utf-8") == mcp_server.render_schema(tool), (
+        f"contracts/mcp-{tool}.schema.json drifted: run `memcore contracts generate`"
     )
+
+
+def _type_arrays(value: Any, at: str = "$") -> list[str]:
+    if isinstance(value, dict):
+        found = [at] if isinstance(value.get("type"), list) else []
+        return found + [p for k, v in value.items() for p in _type_arrays(v, f"{at}.{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _type_arrays(v, f"{at}[{i}]")]
+    return []
+
+
+def test_nullable_types_are_anyof_branches_that_keep_their_constraints() -> None:
+    """The Inspector's portability lint: a type array is lost on single-``type`` dialects."""
+    for tool, (_, _, input_schema, output_schema) in mcp_server.tool_definitions().items():
+        assert _type_arrays(input_schema) == [] and _type_arrays(output_schema) == [], tool
+    input_schema, _ = mcp_server.tool_schemas()
+    budget = input_schema["properties"]["budget"]
+    assert budget["anyOf"] == [{"type": "integer", "minimum": 1, "maximum": 100000}, {"type": "null"}]
+    assert budget["default"] is None and "description" in budget and "minimum" not in budget
+    before = {"type": ["string", "null"], "maxLength": 3, "description": "d", "items": {"type": ["integer", "null"]}}
+    assert mcp_server.portable(before) == {"description": "d", "anyOf": [
+        {"type": "string", "maxLength": 3, "items": {"anyOf": [{"type": "integer"}, {"type": "null"}]}},
+        {"type": "null"}]}  # fmt: skip
+    # A property may be named like a keyword: it is a schema all the same.
+    assert mcp_server.portable({"properties": {"type": {"type": ["boolean", "null"]}}}) == {
+        "properties": {"type": {"anyOf": [{"type": "boolean"}, {"type": "null"}]}}}  # fmt: skip
 
 
 def test_the_tool_schemas_are_valid_and_self_contained() -> None:
@@ -45,9 +73,10 @@ def test_the_tool_schemas_are_valid_and_self_contained() -> None:
         assert "#/components/" not in json.dumps(schema)
     inputs = jsonschema.Draft202012Validator(input_schema, registry=Registry())
     assert inputs.is_valid({"project": "notes", "query": "rollback"})
+    assert inputs.is_valid({"project": "notes", "query": "rollback", "budget": None})
     assert inputs.is_valid({"project": "notes", "query": "q", "budget": 500, "activation_state": {"units": []}})
     for bad in ({"query": "q"}, {"project": "notes"}, {"project": "notes", "query": "q", "project_id": "x"},
-                {"project": "notes", "query": "q", "budget": "many"},
+                {"project": "notes", "query": "q", "budget": "many"}, {"project": "notes", "query": "q", "budget": 0},
                 {"project": "notes", "query": "q", "activation_state": {"units": [{"unit_id": "a"}]}}):
         assert not inputs.is_valid(bad), bad
     assert set(input_schema["required"]) == {"project", "query"}
@@ -57,14 +86,27 @@ def test_the_tool_schemas_are_valid_and_self_contained() -> None:
     assert {"unit_id", "resource_id", "uri", "heading_path", "text", "token_count", "delta_action",
             "final_score"} <= set(fragment)
     assert {"fragments", "activation_state", "run_id", "revisions", "totals"} <= set(output_schema["required"])
+    list_input, list_output = mcp_server.list_tool_schemas()
+    for schema in (list_input, list_output):
+        jsonschema.Draft202012Validator.check_schema(schema)
+    assert jsonschema.Draft202012Validator(list_input).is_valid({})
+    assert not jsonschema.Draft202012Validator(list_input).is_valid({"project": "x"})
+    listing = {"projects": [{"project_id": "a", "indexed": False, "resource_count": None, "unit_count": None,
+                             "indexed_at": None}]}  # fmt: skip
+    jsonschema.Draft202012Validator(list_output).validate(listing)
 
 
 def test_bad_arguments_are_refused_before_any_daemon_is_started(tmp_path: Path) -> None:
     forwarder = mcp_server.Forwarder(tmp_path / "home", start_timeout_s=1)
     with pytest.raises(api.InvalidRequest, match=r"'query' is a required property"):
         forwarder.activate({"project": "notes"})
-    with pytest.raises(api.InvalidRequest, match=r"@ \$\.budget"):
+    # A nullable value's problem in its typed branch's words, not "not valid under any of the given schemas".
+    with pytest.raises(api.InvalidRequest, match=r"0 is less than the minimum of 1 @ \$\.budget"):
         forwarder.activate({"project": "notes", "query": "q", "budget": 0})
+    with pytest.raises(api.InvalidRequest, match=r"'many' is not of type 'integer' or 'null' @ \$\.budget"):
+        forwarder.activate({"project": "notes", "query": "q", "budget": "many"})
+    with pytest.raises(api.InvalidRequest, match=r"invalid list_projects arguments: .*'x' was unexpected"):
+        forwarder.list_projects({"x": 1})
     assert not (tmp_path / "home").exists()
 
 
@@ -91,6 +133,7 @@ async def drive(home: Path, memory: Path, stderr: Path) -> dict[str, Any]:
             await session.initialize()
             seen["tools"] = (await session.list_tools()).tools
             assert paths.read_info(home) is None, "listing tools must not start the daemon"
+            seen["no_projects"] = await session.call_tool("list_projects", {})
 
             # The first call starts the daemon; the project does not exist yet.
             started = time.perf_counter()
@@ -108,6 +151,8 @@ async def drive(home: Path, memory: Path, stderr: Path) -> dict[str, Any]:
             )
             seen["invalid"] = await session.call_tool("activate_memory", {"project": "notes", "budget": "x"})
             seen["not_indexed"] = await session.call_tool("activate_memory", {"project": "later", "query": "q"})
+            seen["projects"] = await session.call_tool("list_projects", {})
+            seen["unknown"] = await session.call_tool("activate_memory", {"project": "note", "query": "q"})
     return seen
 
 
@@ -121,23 +166,44 @@ def test_an_agent_activates_memory_through_mcp(tmp_path: Path) -> None:
         assert info is not None, "the MCP server did not start a daemon"
         log = (tmp_path / "mcp.stderr").read_text()
 
-        # One tool, with the committed schemas.
-        committed = json.loads(SCHEMA.read_text())
-        (tool,) = seen["tools"]
-        assert tool.name == "activate_memory" and tool.description == committed["toolDescription"]
-        assert tool.input_schema == committed["inputSchema"] and tool.output_schema == committed["outputSchema"]
+        # Two tools, with the committed schemas.
+        assert [t.name for t in seen["tools"]] == ["activate_memory", "list_projects"]
+        for tool in seen["tools"]:
+            committed = json.loads((ROOT / "contracts" / f"mcp-{tool.name}.schema.json").read_text())
+            assert tool.description == committed["toolDescription"]
+            assert tool.input_schema == committed["inputSchema"] and tool.output_schema == committed["outputSchema"]
 
-        # Errors are tool results with the daemon's stable code, not protocol failures.
-        missing = seen["missing"]
-        assert missing.is_error and missing.structured_content["error"]["code"] == "project_not_found"
-        assert seen["invalid"].is_error and seen["invalid"].structured_content["error"]["code"] == "invalid_request"
+        # Errors are tool results with the daemon's stable code, not protocol failures: text for
+        # the model (what failed, what to do), no structured content (it could not match the
+        # outputSchema), the envelope in _meta.
+        errors = {}
+        for name in ("missing", "invalid", "not_indexed", "unknown"):
+            assert seen[name].is_error and seen[name].structured_content is None, name
+            errors[name] = seen[name].meta[mcp_server.META_ERROR]
+        assert errors["missing"]["code"] == "project_not_found"
+        assert "no project exists yet" in seen["missing"].content[0].text
+        assert errors["invalid"]["code"] == "invalid_request"
         assert "'query' is a required property" in seen["invalid"].content[0].text
-        not_indexed = seen["not_indexed"].structured_content["error"]
+        not_indexed = errors["not_indexed"]
         assert not_indexed["code"] == "project_not_indexed" and not_indexed["details"]["run_id"]
+        assert f"recorded as failed Run {not_indexed['details']['run_id']}" in seen["not_indexed"].content[0].text
+        assert errors["unknown"]["details"]["known_projects"] == ["later", "notes"]
+        assert "known projects: later, notes" in seen["unknown"].content[0].text
 
-        # Fragments, delta actions and run ids; the second call reuses what the first sent.
+        # list_projects: none at first, then both, with which one is indexed.
+        assert seen["no_projects"].structured_content == {"projects": []}
+        listed = seen["projects"].structured_content["projects"]
+        assert [(p["project_id"], p["indexed"], p["unit_count"]) for p in listed] == [
+            ("later", False, None), ("notes", True, 5)]  # fmt: skip
+        assert "- later (not indexed" in seen["projects"].content[0].text
+
+        # Fragments, delta actions and run ids; the second call reuses what the first sent. The
+        # text is each fragment under its id and the state to send back, not the JSON again.
         first, second = seen["first"].structured_content, seen["second"].structured_content
-        assert not seen["first"].is_error and json.loads(seen["first"].content[0].text) == first
+        text = seen["first"].content[0].text
+        assert not seen["first"].is_error and all(f["text"] in text for f in first["fragments"])
+        assert json.loads(text.splitlines()[-1].split(": ", 1)[1]) == first["activation_state"]
+        assert "(you hold it: no text sent)" in seen["second"].content[0].text
         assert first["fragments"] and {f["delta_action"] for f in first["fragments"]} == {"add"}
         assert first["fragments"][0]["resource_id"] == "runbooks/deploy.md"
         assert all(f["text"] for f in first["fragments"])
@@ -162,7 +228,11 @@ def test_an_agent_activates_memory_through_mcp(tmp_path: Path) -> None:
         # Stdout carried the protocol only; the logs went to stderr.
         assert seen["stray"] == []
         calls = [json.loads(line) for line in log.splitlines() if line.startswith("{") and '"call"' in line]
-        assert [c["code"] for c in calls] == ["project_not_found", "ok", "ok", "invalid_request", "project_not_indexed"]
+        assert [(c["tool"], c["code"]) for c in calls] == [
+            ("list_projects", "ok"), ("activate_memory", "project_not_found"), ("activate_memory", "ok"),
+            ("activate_memory", "ok"), ("activate_memory", "invalid_request"),
+            ("activate_memory", "project_not_indexed"), ("list_projects", "ok"),
+            ("activate_memory", "project_not_found")]
         # The daemon outlives the MCP server (detached, its own session and log).
         assert (home / "run" / "daemon.log").exists()
         assert oct((home / "run" / "daemon.log").stat().st_mode & 0o777) == "0o600"
@@ -210,9 +280,10 @@ def test_a_deeply_nested_activation_state_from_the_official_client_is_a_tool_err
     (tmp_path / "tmp").mkdir()
     seen = anyio.run(drive_refused, home, tmp_path / "mcp.stderr")
     deep = seen["deep"]
-    assert deep.is_error and deep.structured_content["error"]["code"] == "invalid_request"
-    assert deep.structured_content["error"]["details"]["reason"] == "too_deep"
-    assert [t.name for t in seen["tools"]] == ["activate_memory"]
+    assert deep.is_error and deep.structured_content is None
+    assert deep.meta[mcp_server.META_ERROR]["code"] == "invalid_request"
+    assert deep.meta[mcp_server.META_ERROR]["details"]["reason"] == "too_deep"
+    assert [t.name for t in seen["tools"]] == ["activate_memory", "list_projects"]
     assert paths.read_info(home) is None, "a refused line must not reach (or start) the daemon"
     assert "Traceback" not in (tmp_path / "mcp.stderr").read_text()
 
@@ -260,11 +331,12 @@ def test_every_raw_line_gets_an_answer(tmp_path: Path) -> None:
     for request_id, (code, reason) in EXPECTED_TOOL_ERRORS.items():
         (reply,) = by_id[request_id]
         result = reply["result"]
-        assert result["isError"], reply
-        assert result["structuredContent"]["error"]["code"] == code, reply
-        assert result["structuredContent"]["error"]["details"]["reason"] == reason, reply
-    assert by_id[1][0]["result"]["structuredContent"]["error"]["details"]["path"] == "$.params.arguments.query"
-    assert by_id[2][0]["result"]["structuredContent"]["error"]["details"]["path"] == (
+        assert result["isError"] and "structuredContent" not in result, reply
+        assert result["_meta"][mcp_server.META_ERROR]["code"] == code, reply
+        assert result["_meta"][mcp_server.META_ERROR]["details"]["reason"] == reason, reply
+        assert result["content"][0]["text"].startswith(f"error[{code}]: "), reply
+    assert by_id[1][0]["result"]["_meta"][mcp_server.META_ERROR]["details"]["path"] == "$.params.arguments.query"
+    assert by_id[2][0]["result"]["_meta"][mcp_server.META_ERROR]["details"]["path"] == (
         "$.params.arguments.activation_state.units[0].unit_id")
     assert by_id[6][0]["error"]["code"] == -32600 and by_id[6][0]["error"]["data"]["error"]["code"] == "invalid_request"
     assert by_id[7][0]["error"]["code"] == -32600  # JSON, but not a JSON-RPC 2.0 message
