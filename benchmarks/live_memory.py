@@ -163,6 +163,11 @@ def render(result: dict[str, Any]) -> str:
                 f"| {state} | {name} | {v['read_p50']:.2f} / {v['read_p95']:.2f} | {v['total_p50']:.1f} / "
                 f"{v['total_p95']:.1f} | {v['added_p50']:+.2f} |"
             )
+    loads = "; ".join(
+        f"index {state}: {'–'.join(f'{x:.1f}' for x in result['rows'][state]['loadavg_1m'])}"
+        for state in ("current", "behind")
+    )
+    lines += ["", f"1-minute load average before and after each half (2.0 = both cores busy): {loads}."]
     t = result["target"]
     met = "met" if t["cached_read_p50"] <= t["added_ms"] else "**not met**"
     scale = "" if result["units"] == TARGET_UNITS else f" (this run: {result['units']:,} units)"
