@@ -43,7 +43,11 @@ def test_project_commands_and_their_errors(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "error[invalid_project_name]" in bad.stderr
     unknown = memcore(home, "project", "show", "nope", check=False)
     assert unknown.returncode == 1 and "error[project_not_found]" in unknown.stderr
+    refused = memcore(home, "project", "add", "gone", "--source", str(tmp_path / "missing"), check=False)
+    assert refused.returncode == 1 and "error[source_unavailable]" in refused.stderr  # nothing stored
+    (tmp_path / "missing").mkdir()
     memcore(home, "project", "add", "gone", "--source", str(tmp_path / "missing"))
+    (tmp_path / "missing").rmdir()  # a source that goes away after it was added
     missing = memcore(home, "index", "gone", check=False)
     assert missing.returncode == 1 and "error[source_unavailable]" in missing.stderr
     memcore(home, "project", "remove", "gone")
