@@ -10,6 +10,17 @@ query took 5 ms p50 but 370 ms p90 with 2 threads (OpenMP barriers wait for a pr
 thread), 8 ms p50 and 9 ms p90 with one. numpy's idle OpenBLAS threads starve torch the same way,
 so callers that mix numpy and embedding should hold BLAS to one thread
 (``memory_core.adapters.usearch_index.blas_single_thread``), as the vector searcher does.
+
+Inference paths (``inference``): ``fp32`` (the default) and ``int8``, torch dynamic quantization of
+every Linear layer with per-channel int8 weights. They give different vectors, so each has its
+own ``revision``: the embedding cache keys on it and a generation records it, so switching paths
+re-embeds instead of mixing vectors of two paths in one index. A short query costs what reading
+the weights costs (~90 MB fp32), which is why int8 is faster; ``benchmarks/embedder_paths.py``
+measures both by ranking quality and speed (docs/performance.md).
+
+Query vectors are kept in a bounded LRU (``QUERY_CACHE_SIZE`` entries, ~1.6 KB each) keyed by the
+revision and the query with its whitespace collapsed (the WordPiece tokenizer splits on
+whitespace, so such queries give the same tokens and the same vector).
 """
 
 from __future__ import annotations
@@ -17,6 +28,8 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import unicodedata
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,13 +37,17 @@ from typing import Any
 
 import numpy as np
 
-from memory_core.errors import InvalidRequest
+from memory_core.errors import InvalidRequest, MemoryCoreError
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIMENSIONS = 384
 MAX_TOKENS = 256
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
+INFERENCE_PATHS = ("fp32", "int8")
+# Suffix of the revision per inference path: fp32 keeps the revision indexes already carry.
+_REVISION_SUFFIX = {"fp32": "", "int8": "+torch-dynamic-int8-per-channel"}
+QUERY_CACHE_SIZE = 1024
 
 _hash_cache: dict[tuple[str, int, int], str] = {}
 _hash_lock = threading.Lock()
@@ -76,6 +93,19 @@ def quiet_model_loading() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+class ModelUnavailable(MemoryCoreError):
+    """The embedding model could not be loaded (missing or corrupt files, an unknown format) or
+    its inference failed to start; an activation fails with this code in its ``embed_query``
+    stage, an index build fails before any generation is written."""
+
+    code = "model_unavailable"
+
+
+def normalized_query(text: str) -> str:
+    """The query cache's key text: NFC, whitespace runs collapsed, ends stripped (tokenized alike)."""
+    return " ".join(unicodedata.normalize("NFC", text).split())
+
+
 def available_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -100,9 +130,19 @@ class MiniLMEmbedder:
         max_length: int = MAX_TOKENS,
         torch_threads: int | None = None,
         query_threads: int = 1,
+        inference: str = "fp32",
+        query_cache_size: int = QUERY_CACHE_SIZE,
     ) -> None:
         if batch_size < 1 or max_length < 2:
             raise InvalidRequest("batch_size must be >= 1 and max_length >= 2")
+        if inference not in INFERENCE_PATHS:
+            raise InvalidRequest(f"inference must be one of {', '.join(INFERENCE_PATHS)}", inference=inference)
+        if query_cache_size < 0:
+            raise InvalidRequest("query_cache_size must be >= 0")
+        self.inference = inference
+        self.query_cache_size = query_cache_size
+        self._queries: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._queries_lock = threading.Lock()
         self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
         self.device = device
         self.batch_size = batch_size
@@ -121,8 +161,11 @@ class MiniLMEmbedder:
     @property
     def revision(self) -> str:
         if self._revision is None:
-            digest = file_sha256(self.model_dir / WEIGHTS_FILE)
-            self._revision = f"{MODEL_NAME}@{digest[:12]}"
+            try:
+                digest = file_sha256(self.model_dir / WEIGHTS_FILE)
+            except OSError as e:
+                raise ModelUnavailable(f"cannot read the model weights: {e}", model_dir=str(self.model_dir)) from e
+            self._revision = f"{MODEL_NAME}@{digest[:12]}{_REVISION_SUFFIX[self.inference]}"
         return self._revision
 
     @property
@@ -138,10 +181,21 @@ class MiniLMEmbedder:
 
             # Never above the cores this process may run on (containers often report more).
             self._batch_threads = self.torch_threads or available_cores()
-            with quiet_model_loading():
-                tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
-                model = AutoModel.from_pretrained(str(self.model_dir), local_files_only=True)
-            model.to(self.device).eval()
+            try:
+                with quiet_model_loading():
+                    tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
+                    model = AutoModel.from_pretrained(str(self.model_dir), local_files_only=True)
+                model.to(self.device).eval()
+                if self.inference == "int8":
+                    model = _quantized(model)
+            except Exception as e:  # any loader's error (OSError, ValueError, safetensors') is one typed error
+                raise ModelUnavailable(
+                    f"cannot load the embedding model from {self.model_dir}: {type(e).__name__}: {e}",
+                    model_dir=str(self.model_dir),
+                ) from e
+            # torch and transformers load BLAS libraries of their own (scipy's OpenBLAS) after the
+            # composition root limited BLAS to one thread; their idle threads starve a query too.
+            _limit_blas_threads()
             self._tokenizer = tokenizer
             self._model = model
 
@@ -161,8 +215,24 @@ class MiniLMEmbedder:
         return vectors
 
     def embed_query(self, text: str) -> np.ndarray:
+        key = (self.revision, normalized_query(text))
+        with self._queries_lock:
+            cached = self._queries.get(key)
+            if cached is not None:
+                self._queries.move_to_end(key)
+                return cached.copy()  # a copy: a caller writing into it cannot change the cache
         self.load()
-        return self._encode([text], self.query_threads)[0]
+        vector = self._encode([text], self.query_threads)[0]
+        if self.query_cache_size:
+            with self._queries_lock:
+                self._queries[key] = vector.copy()
+                while len(self._queries) > self.query_cache_size:
+                    self._queries.popitem(last=False)
+        return vector
+
+    @property
+    def cached_queries(self) -> int:
+        return len(self._queries)
 
     def _encode(self, texts: list[str], threads: int) -> np.ndarray:
         import torch
@@ -178,6 +248,28 @@ class MiniLMEmbedder:
             pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
             pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
         return pooled.to("cpu", torch.float32).numpy()
+
+
+def _quantized(model: Any) -> Any:
+    """Dynamic int8 quantization of every Linear layer, per-channel weights (per-tensor loses
+    more: cosine 0.94 to the fp32 vector against 0.97, brief §11)."""
+    import warnings
+
+    import torch
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao's deprecation notice, on every call
+        return quantize_dynamic(model, qconfig_spec={torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+
+
+def _limit_blas_threads() -> None:
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1, user_api="blas")
+    except Exception:  # an optimisation, never a reason to fail
+        pass
 
 
 class MiniLMTokenCounter:

@@ -49,10 +49,11 @@ def progress_bar(enabled: bool) -> tuple[AbstractContextManager[Any], Progress |
     # Only on a terminal: piped, rich's transient bar leaves a blank line ahead of the output.
     if not enabled or not render.console().is_terminal:
         return nullcontext(), None
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from rich.progress import Progress as Bar
 
-    bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
+    bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+              TextColumn("eta"), TimeRemainingColumn(), transient=True)  # fmt: skip
     tasks: dict[str, Any] = {}
 
     def update(stage: str, done: int, total: int) -> None:

@@ -563,6 +563,15 @@ class Engine:
         bm25 = opened.lexical.search(query, p.lexical_depth)
         clock.end()
         clock.begin("embed_query")
+        built_with = opened.generation.revisions.embedding_model
+        if built_with != self.embedder.revision:
+            # Query and unit vectors of two model revisions (say fp32 and int8) are not comparable.
+            raise ProjectNotIndexed(
+                f"project {opened.generation.project_id!r} was indexed with embedding model {built_with!r}, "
+                f"this process embeds with {self.embedder.revision!r}: run `memcore index "
+                f"{opened.generation.project_id}`",
+                project=opened.generation.project_id,
+            )
         query_vector = self.embedder.embed_query(query)
         clock.end()
         clock.begin("dense")

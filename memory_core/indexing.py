@@ -267,10 +267,14 @@ class Indexer:
         model = self.embedder.revision
         known = self.embedding_cache.get_many(model, {u.unit_hash for u in units})
         missing: dict[str, str] = {}
+        tokens: dict[str, int] = {}
         for u in units:
-            if u.unit_hash not in known:
-                missing.setdefault(u.unit_hash, u.search_text)
-        hashes = list(missing)
+            if u.unit_hash not in known and u.unit_hash not in missing:
+                missing[u.unit_hash] = u.search_text
+                tokens[u.unit_hash] = u.token_count
+        # Longest first across all missing units (not per call): each batch then pads to nearly
+        # its own length, where a batch of mixed lengths costs its longest text for every row.
+        hashes = sorted(missing, key=lambda h: -tokens[h])
         for start in range(0, len(hashes), EMBED_BATCH):
             batch = hashes[start : start + EMBED_BATCH]
             vectors = self.embedder.embed_documents([missing[h] for h in batch])

@@ -1,0 +1,172 @@
+"""MiniLM inference paths by ranking quality and speed (issue 17, item 2).
+
+For Cranfield and CISI, every whole document (``# title`` + abstract, as the engine sees a
+one-unit resource) is embedded with each inference path of ``MiniLMEmbedder`` (fp32, torch
+dynamic int8 per-channel); each query's documents are ranked by cosine alone (dense-only, no
+lexical list), and nDCG@10 of each path is compared with fp32's by a paired bootstrap over
+queries. Speed: one short query (its first five words) and one whole query embedded by each
+path in turn, query by query (interleaved, so other jobs on the machine slow every path alike),
+measured as wall time and as the thread's CPU time (what the path costs, whatever else runs);
+and documents per second, each path embedding the same documents.
+
+ONNX Runtime int8 is not measured: exporting needs the ``onnx`` package, which is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import CISI, CRANFIELD, percentile, write_result
+
+NAME = "embedder_paths"
+PATHS = ("fp32", "int8")
+COLLECTIONS = {"cranfield": CRANFIELD, "cisi": CISI}
+SPEED_QUERIES = 60
+DEPTH = 100
+
+
+def _collection(root: Path) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
+    from benchmarks.cranfield_quality import Cranfield
+
+    c = Cranfield.load(root)
+    docs = {d: Cranfield.markdown(t, x) for d, (t, x) in c.documents.items()}
+    queries = {q: t for q, t in c.queries.items() if q in c.qrels}
+    return docs, queries, {q: dict(r) for q, r in c.qrels.items()}
+
+
+def _quality(embedders: dict[str, Any], root: Path, quick: bool) -> dict[str, Any]:
+    from benchmarks.cranfield_quality import TrecEval
+    from memory_core.metrics import paired_bootstrap
+
+    docs, queries, qrels = _collection(root)
+    if quick:
+        queries = dict(list(queries.items())[:40])
+    ids = list(docs)
+    scores: dict[str, dict[str, float]] = {}
+    throughput: dict[str, float] = {}
+    trec = TrecEval(qrels, ("ndcg_cut_10",))
+    for path, embedder in embedders.items():
+        t0 = time.perf_counter()
+        matrix = np.stack(embedder.embed_documents([docs[d] for d in ids]))
+        throughput[path] = len(ids) / (time.perf_counter() - t0)
+        rankings = {}
+        for q, text in queries.items():
+            sims = matrix @ embedder._encode([text], 1)[0]
+            top = np.argsort(-sims, kind="stable")[:DEPTH]
+            rankings[q] = [ids[i] for i in top]
+        scores[path] = {q: v["ndcg_cut_10"] for q, v in trec.per_query(rankings).items()}
+    qids = sorted(scores["fp32"])
+    out: dict[str, Any] = {
+        "queries": len(qids),
+        "documents": len(ids),
+        "ndcg10": {},
+        "vs_fp32": {},
+        "docs_per_s": throughput,
+    }
+    for path in embedders:
+        out["ndcg10"][path] = statistics.fmean(scores[path][q] for q in qids)
+        if path != "fp32":
+            ci = paired_bootstrap([scores[path][q] for q in qids], [scores["fp32"][q] for q in qids])
+            out["vs_fp32"][path] = {"diff": ci.mean_diff, "low": ci.low, "high": ci.high}
+    return out
+
+
+def _speed(embedders: dict[str, Any]) -> dict[str, Any]:
+    with (CRANFIELD / "queries.jsonl").open(encoding="utf-8") as f:
+        whole = [json.loads(line)["text"] for line in f][:SPEED_QUERIES]
+    kinds = {"short": [" ".join(q.split()[:5]) for q in whole], "whole": whole}
+    samples: dict[str, dict[str, dict[str, list[float]]]] = {
+        k: {p: {"wall": [], "cpu": []} for p in embedders} for k in kinds
+    }
+    for embedder in embedders.values():
+        for q in whole[:5]:
+            embedder._encode([q], 1)
+    for kind, texts in kinds.items():
+        for text in texts:
+            for path, embedder in embedders.items():
+                t0, c0 = time.perf_counter(), time.thread_time()
+                embedder._encode([text], 1)  # no query cache: the cost of a miss
+                samples[kind][path]["wall"].append((time.perf_counter() - t0) * 1000)
+                samples[kind][path]["cpu"].append((time.thread_time() - c0) * 1000)
+    result: dict[str, Any] = {}
+    for kind, by_path in samples.items():
+        result[kind] = {}
+        for path, s in by_path.items():
+            ratio = [a / b for a, b in zip(s["cpu"], by_path["fp32"]["cpu"], strict=True)]
+            result[kind][path] = {
+                "wall_p50": percentile(s["wall"], 50),
+                "wall_p95": percentile(s["wall"], 95),
+                "cpu_p50": percentile(s["cpu"], 50),
+                "cpu_ratio_p50": statistics.median(ratio),
+            }
+    return result
+
+
+def run(quick: bool) -> dict[str, Any]:
+    import os
+
+    from memory_core.adapters.minilm import MiniLMEmbedder
+
+    embedders = {p: MiniLMEmbedder(inference=p, query_cache_size=0) for p in PATHS}
+    for e in embedders.values():
+        e.load()
+    load_before = os.getloadavg()[0]
+    speed = _speed(embedders)
+    quality = {name: _quality(embedders, root, quick) for name, root in COLLECTIONS.items()}
+    result = {
+        "quick": quick,
+        "revisions": {p: e.revision for p, e in embedders.items()},
+        "speed": speed,
+        "quality": quality,
+        "loadavg_1m": [load_before, os.getloadavg()[0]],
+    }
+    return write_result(NAME, result)
+
+
+def render(result: dict[str, Any]) -> str:
+    m = result["machine"]
+    lines = [
+        "## MiniLM inference paths",
+        "",
+        f"Measured {m['date']} on {m['cpus']} CPUs ({m['processor']}, Python {m['python']})"
+        + (", quick run" if result.get("quick") else "")
+        + f"; 1-minute load average {result['loadavg_1m'][0]:.1f}–{result['loadavg_1m'][1]:.1f} on 2 cores. "
+        "Dense-only ranking of whole documents by each path of `MiniLMEmbedder`; the interval is a "
+        "paired bootstrap (95 %) of the path's nDCG@10 less fp32's, over queries.",
+        "",
+        "| collection | queries | fp32 nDCG@10 | int8 nDCG@10 | int8 − fp32 [95 % CI] | docs/s fp32 | docs/s int8 |",
+        "|---|---:|---:|---:|---|---:|---:|",
+    ]
+    for name, q in result["quality"].items():
+        d = q["vs_fp32"]["int8"]
+        lines.append(
+            f"| {name} | {q['queries']} | {q['ndcg10']['fp32']:.3f} | {q['ndcg10']['int8']:.3f} | "
+            f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] | {q['docs_per_s']['fp32']:.0f} | "
+            f"{q['docs_per_s']['int8']:.0f} |"
+        )
+    lines += [
+        "",
+        "One query embedding (1 thread, no cache), interleaved path by path; thread CPU time is what "
+        "the path costs whatever else runs, wall time what a caller waited on this shared machine:",
+        "",
+        "| query | path | wall p50 / p95 ms | CPU p50 ms | CPU ratio to fp32 (median) |",
+        "|---|---|---|---:|---:|",
+    ]
+    for kind, by_path in result["speed"].items():
+        for path, s in by_path.items():
+            lines.append(
+                f"| {kind} | {path} | {s['wall_p50']:.1f} / {s['wall_p95']:.1f} | {s['cpu_p50']:.1f} | "
+                f"{s['cpu_ratio_p50']:.2f} |"
+            )
+    lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(render(run(quick=False)))
