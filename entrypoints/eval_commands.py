@@ -111,11 +111,13 @@ def report_tables(report: Any) -> list[Any]:
             table.add_row(variant, *("-" if values[m].mean is None else f"{values[m].mean:.3f}" for m in metrics))
         out.append(table)
         for c in level.comparisons:
-            if c.mean_diff is not None:
-                out.append(
-                    f"  {c.variant} - {c.other} {c.metric}: {c.mean_diff:+.4f} "
-                    f"(95% CI {c.ci95_low:+.4f} .. {c.ci95_high:+.4f}, p {c.p_value:.3f}, {c.cases} cases)"
-                )
+            if c.mean_diff is None:
+                continue
+            if c.interval_reason is not None:  # too few cases: the difference, and why no interval
+                said = c.interval_reason
+            else:
+                said = f"95% CI {c.ci95_low:+.4f} .. {c.ci95_high:+.4f}, p {c.p_value:.3f}, {c.cases} cases"
+            out.append(f"  {c.variant} - {c.other} {c.metric}: {c.mean_diff:+.4f} ({said})")
     counts = report.missed_counts()
     out.append("missed evidence: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     lat = report.latency

@@ -14,6 +14,9 @@ fixture as ``metric_conventions``):
   being the sum of the stages it needs (``Variant.stages``) in each Run.
 - B4 is compared with B1-B3 on nDCG@10 over the judged cases: mean difference, paired percentile
   bootstrap 95 % interval and a paired sign-flip randomization p-value (seeded, deterministic).
+  Under ``MIN_CASES_FOR_INTERVAL`` paired cases the interval and p-value are null and
+  ``interval_reason`` says why: with n cases the sign-flip p cannot go below 2^(1-n), so under 6
+  it can never reach 0.05, and a bootstrap of one case is a zero-width "interval".
 - Missed evidence: every resource of relevance >= 1 (resource level) that the source Run did not
   select gets one category, the first that applies:
   ``never_retrieved`` (no unit in the fused recall set), ``lost_in_fusion`` (ranked by a stage but
@@ -52,6 +55,7 @@ from memory_core.metrics import (
 from memory_core.recording import CandidateRecord
 
 REPORT_VERSION = 1
+MIN_CASES_FOR_INTERVAL = 6  # the fewest paired cases whose sign-flip p can fall below 0.05 (2^(1-n))
 SELECTED = "selected"
 
 
@@ -113,6 +117,7 @@ METRIC_CONVENTIONS: dict[str, Any] = {
         "randomization": "paired sign-flip test, two-sided",
         "resamples": DEFAULT_BOOTSTRAP_RESAMPLES,
         "seed": BOOTSTRAP_SEED,
+        "min_cases_for_interval": MIN_CASES_FOR_INTERVAL,
     },
     "missed_evidence": list(MISSED_CATEGORIES),
 }
@@ -262,6 +267,8 @@ class Comparison:
     ci95_low: float | None
     ci95_high: float | None
     p_value: float | None
+    interval_reason: str | None = attrs.field(default=None, metadata={"schema": {
+        "description": "why ci95_low, ci95_high and p_value are null (too few paired cases); null when given"}})
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -355,15 +362,24 @@ class Report:
         }
 
 
+def too_few_cases(n: int) -> str:
+    return f"n={n}: too few paired cases for an interval or p-value (needs {MIN_CASES_FOR_INTERVAL})"
+
+
 def _comparisons(per_case: Mapping[str, CaseMetrics], level: str, resamples: int) -> tuple[Comparison, ...]:
     judged = [m for m in per_case.values() if m[level][BASELINE.name][NDCG] is not None]
     out = []
     for other in VARIANTS[:3]:
         if not judged:
-            out.append(Comparison(BASELINE.name, other.name, NDCG, 0, None, None, None, None))
+            out.append(Comparison(BASELINE.name, other.name, NDCG, 0, None, None, None, None, "no judged case"))
             continue
         a = [float(m[level][BASELINE.name][NDCG] or 0.0) for m in judged]
         b = [float(m[level][other.name][NDCG] or 0.0) for m in judged]
+        if len(a) < MIN_CASES_FOR_INTERVAL:
+            mean_diff = math.fsum(x - y for x, y in zip(a, b, strict=True)) / len(a)
+            reason = too_few_cases(len(a))
+            out.append(Comparison(BASELINE.name, other.name, NDCG, len(a), mean_diff, None, None, None, reason))
+            continue
         interval = paired_bootstrap(a, b, resamples=resamples, seed=BOOTSTRAP_SEED)
         p = paired_randomization_p(a, b, resamples=resamples, seed=BOOTSTRAP_SEED)
         out.append(Comparison(BASELINE.name, other.name, NDCG, len(a), *interval, p))

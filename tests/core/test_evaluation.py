@@ -825,3 +825,29 @@ def test_report_values_equal_trec_eval_on_each_variants_run(seed: int, data: st.
             for trec_name, ours in measures.items():
                 expected = trec.get(trec_name, 0.0)
                 assert report.per_case[case_id][level][variant.name][ours] == pytest.approx(expected, abs=1e-9)
+
+
+def test_too_few_cases_give_no_interval_and_say_why(world: World) -> None:
+    """One judged case used to print a zero-width 95% interval and p 1.000 (issue 19)."""
+    from memory_core.evaluation_report import MIN_CASES_FOR_INTERVAL
+
+    def judge(q: int) -> None:
+        case = world.service.create_case(world.activate(f"{TOPICS[q % 10]} step"))
+        unit = world.service.get_trace(case.case_id).candidates[0].unit_id
+        world.service.replace_judgments(case.case_id, 0, [Judgment.unit(unit, 2)])
+
+    for q in range(MIN_CASES_FOR_INTERVAL):
+        if q == 1:  # one paired case: the mean difference, and no interval
+            for c in world.service.report().level("unit").comparisons:
+                assert c.cases == 1 and c.mean_diff is not None
+                assert (c.ci95_low, c.ci95_high, c.p_value) == (None, None, None)
+                assert c.interval_reason == (
+                    f"n=1: too few paired cases for an interval or p-value (needs {MIN_CASES_FOR_INTERVAL})")
+                assert c.to_dict()["interval_reason"] == c.interval_reason
+        judge(q)
+    for c in world.service.report().level("unit").comparisons:  # enough: the numbers, no reason
+        assert c.cases == MIN_CASES_FOR_INTERVAL and c.interval_reason is None
+        assert c.ci95_low is not None and c.p_value is not None
+    assert 2 ** (1 - MIN_CASES_FOR_INTERVAL) < 0.05 <= 2 ** (2 - MIN_CASES_FOR_INTERVAL)  # why that minimum
+    empty = hand_service().report().level("unit").comparisons
+    assert all(c.interval_reason == "no judged case" for c in empty)

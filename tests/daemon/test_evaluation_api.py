@@ -639,6 +639,21 @@ def test_memcore_eval_answers_the_same_through_the_client_engine(
     assert imported == {"cases_added": [], "cases_unchanged": ids, "corpora_added": 0, "blobs_written": 0}
 
 
+def test_memcore_eval_report_on_one_case_says_it_has_too_few_for_an_interval(
+    http: TestClient, context: Context, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It printed a zero-width 95% CI and p 1.000 as if they meant something (issue 19)."""
+    ids = judged_cases(http)
+    text = eval_json(context.engine, capsys, "report", "--case", ids[0])
+    assert text.count("(n=1: too few paired cases for an interval or p-value (needs 6))") == 6  # 3 per level
+    assert "95% CI" not in text and "p 1.000" not in text
+    doc = eval_json(context.engine, capsys, "report", "--case", ids[0], "--json")
+    for level in doc["levels"].values():
+        for c in level["comparisons"]:
+            assert (c["ci95_low"], c["ci95_high"], c["p_value"]) == (None, None, None) and c["mean_diff"] is not None
+            assert c["interval_reason"].startswith("n=1: too few")
+
+
 def test_eval_commands_go_through_the_daemon_except_the_long_local_ones() -> None:
     from memory_core.entrypoints.commands import EMBEDDED_ONLY, HANDLERS
 

@@ -288,6 +288,13 @@ def test_evaluation_page_report_and_export(page: Any, ui_daemon: UiDaemon, tmp_p
         expect(bench.locator(f"tr[data-variant='{name}'] td").nth(1)).to_have_text(js_number(mean))
     expect(page.get_by_role("img", name=re.compile("B1–B4 at unit level"))).to_be_visible()
     expect(page.locator("#significance tbody tr")).to_have_count(3)
+    # A case or two: each row says why there is no interval instead of a zero-width one and p 1.
+    comparisons = report.levels["unit"].comparisons
+    assert all(c.interval_reason and c.ci95_low is None for c in comparisons), comparisons
+    for i, c in enumerate(comparisons):
+        row = page.locator("#significance tbody tr").nth(i)
+        expect(row).to_contain_text(c.interval_reason)
+        expect(row).not_to_contain_text("1.0000")
     expect(page.get_by_role("img", name=re.compile("B4 minus each baseline"))).to_be_visible()
     expect(page.locator("#missed")).to_contain_text(unselected)
     page.locator("#level").select_option("resource")

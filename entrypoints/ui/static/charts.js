@@ -134,7 +134,8 @@ export function intervals({ title, desc, rows, caption }) {
       s("text", { x: L - 8, y: y + 4, "text-anchor": "end" }, r.label),
       known && r.low !== null ? s("line", { class: "ci", x1: xOf(r.low), x2: xOf(r.high), y1: y, y2: y }) : null,
       known ? s("circle", { class: `c${(i % 10) + 1}`, cx: xOf(r.mean), cy: y, r: 5 },
-        s("title", null, `${r.label}: ${fmtTick(r.mean)} (95% CI ${fmtTick(r.low ?? 0)} to ${fmtTick(r.high ?? 0)})`))
+        s("title", null, `${r.label}: ${fmtTick(r.mean)} ` +
+          (r.low === null || r.low === undefined ? "(no interval: too few cases)" : `(95% CI ${fmtTick(r.low)} to ${fmtTick(r.high)})`)))
         : s("text", { class: "tick", x: xOf(0) + 8, y: y + 4 }, "no judged cases"));
   });
   const axis = [-span, -span / 2, 0, span / 2, span].map((t) => s("text", { class: "tick", x: xOf(t), y: H - 8, "text-anchor": "middle" }, fmtTick(t)));

@@ -79,8 +79,11 @@ function comparisonsPanel(level) {
     h("th", { scope: "row" }, `${VARIANT_LABEL[c.variant] || c.variant} − ${VARIANT_LABEL[c.other] || c.other}`),
     h("td", { class: "num" }, String(c.cases)),
     h("td", { class: "num" }, fmtNum(c.mean_diff, 4)),
-    h("td", { class: "num" }, c.ci95_low === null ? "—" : `[${fmtNum(c.ci95_low, 4)}, ${fmtNum(c.ci95_high, 4)}]`),
-    h("td", { class: "num" }, fmtNum(c.p_value, 4)),
+    // Too few cases: one cell saying so instead of an interval and a p-value that mean nothing.
+    ...(c.interval_reason && c.mean_diff !== null
+      ? [h("td", { colspan: 2, class: "help" }, c.interval_reason)]
+      : [h("td", { class: "num" }, c.ci95_low === null ? "—" : `[${fmtNum(c.ci95_low, 4)}, ${fmtNum(c.ci95_high, 4)}]`),
+        h("td", { class: "num" }, fmtNum(c.p_value, 4))]),
     h("td", null, verdict(c))));
   return h("div", null,
     table(["Comparison (nDCG@10)", { text: "Cases", num: true }, { text: "Mean difference", num: true },
@@ -89,7 +92,8 @@ function comparisonsPanel(level) {
     intervals({
       title: "B4 minus each baseline on nDCG@10", desc: "Mean paired difference with its 95% bootstrap interval; an interval clear of zero is significant.",
       rows: level.comparisons.map((c) => ({ label: `B4 − ${(VARIANT_LABEL[c.other] || c.other).split(" ")[0]}`, mean: c.mean_diff, low: c.ci95_low, high: c.ci95_high })),
-      caption: "Dots: mean difference; bars: 95% confidence interval; dashed line: no difference.",
+      caption: "Dots: mean difference; bars: 95% confidence interval (none under " +
+        "a minimum number of cases); dashed line: no difference.",
     }));
 }
 
