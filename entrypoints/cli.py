@@ -72,8 +72,10 @@ def add_global_options(parser: argparse.ArgumentParser) -> None:
             child.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP)
 
 
-# A command named in a message: ``memcore index notes`` (backquoted or not).
-_COMMAND = re.compile(r"\bmemcore (?=[a-z])")
+# The commands, for hints: "memcore index notes" is one, "a memcore daemon" is not (a test holds
+# this equal to the parser's).
+COMMAND_NAMES = ("activate", "contracts", "demo", "eval", "index", "mcp", "project", "runs", "serve", "status", "ui")
+_COMMAND = re.compile(rf"\bmemcore (?=(?:{'|'.join(COMMAND_NAMES)})\b)")
 
 
 def hint(text: str, home: str | None) -> str:

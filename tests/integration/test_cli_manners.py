@@ -163,6 +163,15 @@ def test_every_argument_has_help() -> None:
     assert len(every_parser()) > 30  # the walk reaches the nested commands
 
 
+def test_hints_know_the_commands() -> None:
+    from memory_core.entrypoints.cli import COMMAND_NAMES, hint
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert sorted(sub.choices) == sorted(COMMAND_NAMES)
+    said = hint("a memcore daemon is already running; run `memcore index notes`", "/h h")
+    assert said == "a memcore daemon is already running; run `memcore --home '/h h' index notes`"
+
+
 def readme_commands() -> list[list[str]]:
     """Every ``memcore`` command line in the README's code blocks, alternatives (``a | b``) spelled
     out and ``[optional]`` brackets dropped."""
