@@ -168,8 +168,10 @@ def _status(home: str | None, *, as_json: bool) -> int:
         if as_json:
             print(json.dumps({"running": False, "home": str(root)}, indent=2))
         else:
-            print(f"daemon: not running for {str(root)!r} (commands run in process; `memcore serve` starts one, "
-                  "as `memcore mcp` and `memcore ui` do on demand)")
+            from memory_core.entrypoints.cli import hint
+
+            print(hint(f"daemon: not running for {str(root)!r} (commands run in process; `memcore serve` starts "
+                       "one, as `memcore mcp` and `memcore ui` do on demand)", home))
         return 0
     with client:
         st = client.runtime_status()
