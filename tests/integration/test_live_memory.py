@@ -7,6 +7,7 @@ Violation measure how far the index lagged.
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -145,7 +146,7 @@ def test_the_cli_warns_when_the_index_is_behind_and_shows_what_a_run_saw(tmp_pat
     lagging = memcore("activate", "notes", QUERY, "--json")
     assert "warning: the index of 'notes' is behind its sources (2 resource(s) changed" in lagging.stderr
     assert "edited since: wing.md" in lagging.stderr and "deleted since: layer.md" in lagging.stderr
-    assert "run `memcore index notes`" in lagging.stderr
+    assert re.search(r"run `memcore (--home \S+ )?index notes`", lagging.stderr)  # hints keep --home
     response = json.loads(lagging.stdout)["response"]  # stdout stays one JSON document
     assert response["freshness"]["index_behind"] is True
     shown = memcore("runs", "show", response["run_id"], "--manifest")
