@@ -6,16 +6,21 @@ costs a second of pandas imports for a three-line wrapper.
 
 Index layout (``directory`` belongs to this index alone):
 
-- Lucene files written by ``io.anserini.index.SimpleIndexer``: Anserini's default English
+- Lucene files written with Anserini's ``SimpleIndexer`` configuration: its default English
   analysis (Porter stemming, Lucene's English stopwords), one document per non-blank unit.
-- ``lexical.json``: the analysis revision and the unit ids, sorted; it is written last, so a
-  directory without it is an unfinished build.
+- ``lexical.json``: the analysis revision, the unit ids (sorted) and the SHA-256 of each one's
+  indexed text; it is written last, so a directory without it is an unfinished build.
 
-Lucene's docid for the unit at position ``i`` of the sorted ids is ``i`` zero-padded to ten
-digits. Two reasons: pyjnius mangles characters outside the BMP on the way into Java and
-cannot decode lone surrogates (which undecodable file names produce) on the way back, and
-padded positions sort like the unit ids themselves, so Anserini's tie break (equal scores by
-docid ascending) is unit-id order.
+A unit's Lucene docid is its id's UTF-8 bytes in hex: pyjnius mangles characters outside the BMP
+on the way into Java and cannot decode lone surrogates (which undecodable file names produce) on
+the way back; hex is ASCII, sorts like the unit ids themselves (so Anserini's tie break, equal
+scores by docid ascending, is unit-id order) and stays the same from one generation to the next.
+
+Incremental builds (``build(..., previous=...)``): the previous generation's Lucene files are
+hard-linked (Lucene writes each file once and never changes it, so both generations stay
+immutable), the documents of units whose text changed or went are deleted, the new ones added,
+and every segment holding a deletion is rewritten, so no deleted document counts in BM25's
+statistics: hits, scores and ties equal a full build's (tests/contracts/test_lexical_incremental.py).
 
 Search uses Anserini's bag-of-words query builder: the query is analysed like the documents
 and each distinct term becomes an optional clause, so no query syntax is ever parsed and any
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import os
 import re
@@ -51,8 +57,8 @@ from memory_core.model import Unit
 from memory_core.ports import Hit
 
 METADATA_FILE = "lexical.json"
-_FORMAT = 1
-_DOCID_WIDTH = 10
+_FORMAT = 2  # 2: docids are hex unit ids (stable across generations), lexical.json has text digests
+_WRITE_LOCK = "write.lock"
 _BATCH = 5000
 # Java's String.trim() strips code points <= U+0020; Anserini rejects a document that is empty
 # after it, so such units are left out (no query term can match them anyway).
@@ -159,6 +165,76 @@ def _index_writer(jnius: Any, indexer: Any) -> Any:
     return jnius.cast("org.apache.lucene.index.IndexWriter", field_utils.readField(indexer, "writer", True))
 
 
+def _raw(unit_id: str, text: str) -> str:
+    # ASCII JSON: pyjnius passes ASCII through intact whatever the text holds.
+    return json.dumps({"id": _docid(unit_id), "contents": text}, ensure_ascii=True)
+
+
+def _update(jnius: Any, directory: Path, remove: Sequence[str], add: Sequence[tuple[str, str]]) -> None:
+    """Delete ``remove`` and add ``add`` (unit id, text) in the hard-linked index at ``directory``
+    with an IndexWriter configured as Anserini's ``SimpleIndexer`` (its English analyzer and
+    document generator, no compound files), then rewrite every segment holding a deleted
+    document: BM25's statistics then count exactly the live documents, as in a full build.
+    Equal scores are ordered by docid at search time (Anserini sorts by score, then docid), so
+    the documents' order inside the index does not matter. Merges run on this thread."""
+    config = jnius.autoclass("org.apache.lucene.index.IndexWriterConfig")(
+        jnius.autoclass("io.anserini.analysis.DefaultEnglishAnalyzer").newDefaultInstance()
+    )
+    config.setOpenMode(jnius.autoclass("org.apache.lucene.index.IndexWriterConfig$OpenMode").APPEND)
+    config.setRAMBufferSizeMB(2048.0)
+    config.setUseCompoundFile(False)
+    config.setMergeScheduler(jnius.autoclass("org.apache.lucene.index.SerialMergeScheduler")())
+    policy = jnius.autoclass("org.apache.lucene.index.TieredMergePolicy")()
+    policy.setForceMergeDeletesPctAllowed(0.0)  # default 10%: a few deleted documents would stay
+    config.setMergePolicy(policy)
+    fs = jnius.autoclass("org.apache.lucene.store.FSDirectory")
+    path = jnius.autoclass("java.io.File")(str(directory)).toPath()
+    index_writer = jnius.autoclass("org.apache.lucene.index.IndexWriter")
+    writer = _java("written", directory, lambda: index_writer(fs.open(path), config))
+    try:
+        term = jnius.autoclass("org.apache.lucene.index.Term")
+        term_query = jnius.autoclass("org.apache.lucene.search.TermQuery")
+        for uid in remove:
+            # As a Query: pyjnius cannot pick the Term[] overload of deleteDocuments.
+            query = term_query(term("id", _docid(uid)))
+            _java("written", directory, functools.partial(writer.deleteDocuments, query))
+        generator = jnius.autoclass("io.anserini.index.generator.DefaultLuceneDocumentGenerator")()
+        document = jnius.autoclass("io.anserini.collection.JsonCollection$Document")
+        for uid, text in add:
+            doc = generator.createDocument(document.fromString(_raw(uid, text)))
+            _java("written", directory, functools.partial(writer.addDocument, doc))
+        _java("written", directory, writer.forceMergeDeletes)
+        _java("written", directory, writer.commit)
+    except BaseException:
+        with contextlib.suppress(Exception):  # drop what was written; the caller's error stands
+            writer.rollback()
+        raise
+    _java("written", directory, writer.close)
+
+
+def _reusable(previous: Path, directory: Path) -> dict[str, Any] | None:
+    """The metadata of ``previous`` after hard-linking its Lucene files into ``directory``, or
+    None (nothing linked) when it is not this format and analysis or cannot be linked."""
+    try:
+        metadata = json.loads((previous / METADATA_FILE).read_bytes())
+        ids, digests = metadata["unit_ids"], metadata["text_sha256"]
+        if metadata["format"] != _FORMAT or metadata["analysis"] != analysis_revision() or len(ids) != len(digests):
+            return None
+        names = [n for n in os.listdir(previous) if n not in (METADATA_FILE, _WRITE_LOCK) and not n.endswith(".tmp")]
+        for name in names:
+            os.link(previous / name, directory / name)
+    except (OSError, ValueError, KeyError, TypeError):
+        _empty(directory)
+        return None
+    return {"unit_ids": ids, "text_sha256": digests}
+
+
+def _empty(directory: Path) -> None:
+    for name in os.listdir(directory):
+        with contextlib.suppress(OSError):
+            os.unlink(directory / name)
+
+
 @attrs.frozen
 class LuceneIndexFactory:
     """Builds and opens Lucene BM25 indexes; ``k1``/``b`` apply at search time."""
@@ -173,16 +249,52 @@ class LuceneIndexFactory:
     def _revision(self) -> str:
         return f"lucene-bm25-k{self.k1:g}-b{self.b:g}-{analysis_revision()}-v{_FORMAT}"
 
-    def build(self, directory: Path, units: Sequence[Unit]) -> None:
-        """Index ``unit.search_text`` of every unit under ``directory`` (created 0700 if missing)."""
+    def build(self, directory: Path, units: Sequence[Unit], *, previous: Path | None = None) -> None:
+        """Index ``unit.search_text`` of every unit under ``directory`` (created 0700 if missing).
+
+        ``previous``: a sound lexical index of an earlier generation. Its files are hard-linked
+        (Lucene never rewrites a file it wrote, so both generations stay immutable) and only the
+        units whose text changed are deleted and added; the result is then merged into one
+        segment sorted by docid, so its documents, statistics and order equal a full build's
+        (deleted documents would otherwise still count in BM25's statistics). Anything unusable
+        about ``previous`` (another format or analysis, damage) means a full build."""
         directory = Path(directory)
         unit_ids = _sorted_unique_ids(units)
         text_of = {u.unit_id: u.search_text for u in units}
         indexed = [uid for uid in unit_ids if text_of[uid].strip(_JAVA_TRIM)]
+        digests = [_text_digest(text_of[uid]) for uid in indexed]
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         (directory / METADATA_FILE).unlink(missing_ok=True)
-
+        base = _reusable(previous, directory) if previous is not None else None
         jnius = jvm.attach_current_thread()
+        if base is not None:
+            old = dict(zip(base["unit_ids"], base["text_sha256"], strict=True))
+            now = dict(zip(indexed, digests, strict=True))
+            remove = [uid for uid, digest in old.items() if now.get(uid) != digest]
+            add = [uid for uid, digest in now.items() if old.get(uid) != digest]
+            try:
+                _update(jnius, directory, remove, [(uid, text_of[uid]) for uid in add])
+            except GenerationCorrupted:  # Lucene found the linked segments damaged: build anew
+                _empty(directory)
+                base = None
+        if base is None:
+            self._build_all(jnius, directory, indexed, text_of)
+        searcher = _open_java_searcher(directory)
+        try:
+            stored = _java("read", directory, searcher.get_total_num_docs)
+        finally:
+            searcher.close()
+        if stored != len(indexed):  # numDocs: live documents, so a delete that missed shows too
+            raise GenerationCorrupted(
+                f"lexical index at {directory} holds {stored} of {len(indexed)} documents",
+                directory=str(directory),
+            )
+        _write_metadata(
+            directory,
+            {"format": _FORMAT, "analysis": analysis_revision(), "unit_ids": indexed, "text_sha256": digests},
+        )
+
+    def _build_all(self, jnius: Any, directory: Path, indexed: list[str], text_of: dict[str, str]) -> None:
         args = ["-collection", "JsonCollection", "-input", "", "-index", str(directory)]
         indexer = _java(
             "written",
@@ -193,11 +305,7 @@ class LuceneIndexFactory:
         added = 0
         try:
             for start in range(0, len(indexed), _BATCH):
-                # ASCII JSON: pyjnius passes ASCII through intact whatever the text holds.
-                docs = [
-                    json.dumps({"id": _docid(start + i), "contents": text_of[uid]}, ensure_ascii=True)
-                    for i, uid in enumerate(indexed[start : start + _BATCH])
-                ]
+                docs = [_raw(uid, text_of[uid]) for uid in indexed[start : start + _BATCH]]
                 added += _java("written", directory, functools.partial(indexer.addRawDocuments, docs))
             _java("written", directory, writer.commit)
         except BaseException:
@@ -205,17 +313,10 @@ class LuceneIndexFactory:
                 writer.rollback()
             raise
         _java("written", directory, indexer.close)  # nothing left to commit: releases the writer
-        searcher = _open_java_searcher(directory)
-        try:
-            stored = _java("read", directory, searcher.get_total_num_docs)
-        finally:
-            searcher.close()
-        if added != len(indexed) or stored != len(indexed):
+        if added != len(indexed):
             raise GenerationCorrupted(
-                f"lexical index at {directory} holds {stored} of {len(indexed)} documents",
-                directory=str(directory),
+                f"lexical index at {directory} took {added} of {len(indexed)} documents", directory=str(directory)
             )
-        _write_metadata(directory, {"format": _FORMAT, "analysis": analysis_revision(), "unit_ids": indexed})
 
     def open(self, directory: Path) -> LuceneSearcher:
         """Open a built index; a missing, unfinished or foreign one raises GenerationCorrupted."""
@@ -267,8 +368,7 @@ class LuceneSearcher:
         try:
             jvm.attach_current_thread()
             hits = _java("read", self._directory, lambda: self._java.search(text, depth))
-            ids = self._unit_ids
-            return [(ids[int(h.docid)], float(h.score)) for h in hits]
+            return [(_unit_id(h.docid), float(h.score)) for h in hits]
         finally:
             with self._state:
                 self._in_flight -= 1
@@ -285,8 +385,20 @@ class LuceneSearcher:
         self._java.close()
 
 
-def _docid(position: int) -> str:
-    return str(position).zfill(_DOCID_WIDTH)
+def _docid(unit_id: str) -> str:
+    """The unit id's UTF-8 bytes in hex: ASCII (pyjnius mangles characters outside the BMP and
+    cannot carry lone surrogates, which undecodable file names produce, so those go as
+    ``surrogatepass`` bytes), stable across generations (an incremental build deletes by it), and
+    sorting like the unit ids themselves (UTF-8 keeps code point order)."""
+    return unit_id.encode("utf-8", "surrogatepass").hex()
+
+
+def _unit_id(docid: str) -> str:
+    return bytes.fromhex(docid).decode("utf-8", "surrogatepass")
+
+
+def _text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _sorted_unique_ids(units: Sequence[Unit]) -> list[str]:

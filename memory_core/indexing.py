@@ -134,7 +134,7 @@ class Indexer:
         try:
             embedded, reused, vectors = self._embed(units, progress)
             progress("lexical index", 0, 1)
-            self.lexical.build(staging / LEXICAL_DIR, units)
+            self.lexical.build(staging / LEXICAL_DIR, units, previous=self._previous_lexical(current, force))
             progress("lexical index", 1, 1)
             self.vectors.build(staging / VECTOR_DIR, [u.unit_id for u in units], vectors)
             self.generations.write_units(staging, units)
@@ -178,6 +178,21 @@ class Indexer:
             time.perf_counter() - started,
             memory.warnings,
         )
+
+    def _previous_lexical(self, current: Generation | None, force: bool) -> Path | None:
+        """The current generation's lexical index when it was built by this lexical revision: the
+        new one starts from it and changes only the units whose text changed (``--force``
+        builds from nothing). Generations are immutable, so reading it while it serves is safe;
+        the factory falls back to a full build when it cannot use it."""
+        if force or current is None or current.revisions.lexical != self.lexical.revision:
+            return None
+        try:
+            # Its files are linked into the new generation, whose seal is made from them: a
+            # damaged one must not be carried over and sealed as sound.
+            self.generations.verify(Path(current.directory))
+        except GenerationCorrupted:
+            return None
+        return Path(current.directory) / LEXICAL_DIR
 
     def _seed_chunked(self, current: Generation | None) -> None:
         """Start the chunk memo from the current generation's units when this indexer has none

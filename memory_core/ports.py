@@ -67,7 +67,10 @@ class LexicalSearcher(Protocol):
 class LexicalIndexFactory(Protocol):
     revision: str
 
-    def build(self, directory: Path, units: Sequence[Unit]) -> None: ...
+    def build(self, directory: Path, units: Sequence[Unit], *, previous: Path | None = None) -> None:
+        """``previous``: an earlier generation's index of this revision, which the build may
+        start from; the result equals a full build of ``units`` either way."""
+        ...
 
     def open(self, directory: Path) -> LexicalSearcher: ...
 

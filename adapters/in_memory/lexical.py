@@ -105,8 +105,8 @@ class InMemoryLexicalIndexFactory:
     def _revision(self) -> str:
         return f"memory-bm25-k{self.k1:g}-b{self.b:g}-v1"
 
-    def build(self, directory: Path, units: Sequence[Unit]) -> None:
-        index = _Postings.of(units)
+    def build(self, directory: Path, units: Sequence[Unit], *, previous: Path | None = None) -> None:
+        index = _Postings.of(units)  # built whole: cheap in memory
         with self._lock:
             self._indexes[_key(directory)] = index
 

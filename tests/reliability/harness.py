@@ -55,8 +55,8 @@ class FileLexicalIndexFactory:
     revision = "file-bm25/1"
     FILE = "units.jsonl"
 
-    def build(self, directory: Path, units: Sequence[Unit]) -> None:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    def build(self, directory: Path, units: Sequence[Unit], *, previous: Path | None = None) -> None:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # always whole: ``previous`` unused
         body = b"".join(canonical_json(u.to_dict()) + b"\n" for u in units)
         fd = os.open(directory / self.FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as out:
