@@ -5,7 +5,7 @@ starting it when none runs.
 ``activate_memory``'s structured output is the daemon's ``ActivationResponse`` as is, so what an
 agent gets is exactly what the Run recorded; its text content is what a model reads: each
 fragment's text under its id, and the activation_state to send back (not the JSON again, which
-is about 2.5 times longer). A tool error is ``isError`` with a text that says how to recover and
+is nearly twice as long). A tool error is ``isError`` with a text that says how to recover and
 no structured content (it would not match the output schema, and the spec and the Inspector
 validate what is there); the daemon's error envelope rides in ``_meta["memory-core/error"]``.
 The input and output JSON Schemas are generated from the same attrs types as
@@ -386,8 +386,8 @@ def _freshness_lines(freshness: dict[str, Any] | None) -> list[str]:
 
 def activation_text(result: dict[str, Any]) -> str:
     """What a model reads of an answer: a summary line, how fresh it is, each fragment's text
-    under its id (and file), and the activation_state to send back. Scores, revisions and
-    latencies stay in the structured content."""
+    under its id (whose prefix is the file's resource id) and headings, and the activation_state
+    to send back. Uris, scores, revisions and latencies stay in the structured content."""
     fragments, totals = result["fragments"], result["totals"]
     actions = Counter(f["delta_action"] for f in fragments)
     said = ", ".join(f"{actions[a]} {a}" for a in ("add", "replace", "reuse") if actions[a]) or "none"
@@ -397,7 +397,7 @@ def activation_text(result: dict[str, Any]) -> str:
     lines += _freshness_lines(result.get("freshness"))
     for f in fragments:
         where = " > ".join(f["heading_path"])
-        head = f"--- [{f['delta_action']}] {f['unit_id']}" + (f" · {where}" if where else "") + f" · {f['uri']}"
+        head = f"--- [{f['delta_action']}] {f['unit_id']}" + (f" · {where}" if where else "")
         lines += ["", head, f["text"] if f["text"] is not None else "(you hold it: no text sent)"]
     lines += ["", "activation_state (send it back unchanged next call): " + _compact(result["activation_state"])]
     return "\n".join(lines)

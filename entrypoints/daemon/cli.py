@@ -99,7 +99,7 @@ def add_cli_commands(subparsers: Any) -> None:
     ui.add_argument("--idle-exit", type=_seconds, default=None, metavar="SECONDS", help=ON_DEMAND_IDLE_HELP)
 
     mcp = subparsers.add_parser(
-        "mcp", help="serve the activate_memory MCP tool on stdio (starts the daemon when none runs)"
+        "mcp", help="serve the activate_memory and list_projects MCP tools on stdio (starts the daemon when none runs)"
     )
     mcp.add_argument("--start-timeout", type=float, default=60.0, metavar="SECONDS",
                      help="how long to wait for a daemon this command starts (default: 60)")
