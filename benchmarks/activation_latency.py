@@ -29,6 +29,36 @@ STAGES = ("exact", "bm25", "embed_query", "dense", "fusion", "rerank", "select",
 TARGET_MS = 30.0
 TARGET_UNITS = 10_000
 WARMUP = 5
+# What issue 17's investigation found (scripts measured interleaved, wall and thread CPU time, on
+# these 2 shared cores); rendered under the table so a regenerated document keeps it.
+WHY_EMBED_QUERY = [
+    "Why `embed_query` costs what it does (issue 17, measured 2026-12-03 with interleaved A/B scripts, "
+    "medians of 60-240 short queries, 5 words / 7 tokens, at a load average of 10-17 on 2 cores; ratios, "
+    "not absolute times, carry over):",
+    "",
+    "- Tokenizing is not it (the fast Rust tokenizer, 0.4 ms p50), nor padding (one query is never "
+    "padded). 95 % of the forward pass is the 36 `Linear` calls: a short query is bound by reading "
+    "~90 MB of fp32 weights, so its cost hardly falls with its length; int8 weights cut it to 0.57x "
+    "the thread CPU time (see *MiniLM inference paths*).",
+    "- Threads: two torch threads for one query took 986 ms p50 against 63 ms with one on the busy "
+    "machine (OpenMP barriers wait for a preempted thread); queries already use one. A batch of "
+    "two-thread work just before (the cross-encoder row above: 14.5 against 8.9 ms) leaves the OpenMP "
+    "pool spinning against the query.",
+    "- A busy Python thread: the same query with another thread running Python took 2.26x the wall "
+    "time at equal thread CPU time (1.87x with a 0.5 ms switch interval). Each of the forward "
+    "pass's ~100 torch calls releases the GIL and must win it back, and a thread holding it keeps it "
+    "for up to the 5 ms switch interval. In the daemon that thread is the HTTP server's, and the Run "
+    "writer's (trace rows and the next Run's insert overlap the ranking), so the daemon's 12.7 ms "
+    "against 8.9 in process fits this convoy rather than the model (not measured through the daemon "
+    "in this investigation).",
+    "- BLAS: scipy's OpenBLAS, loaded by transformers after the composition root had limited BLAS to "
+    "one thread, still ran two; the embedder now limits BLAS again once the model is loaded.",
+    "",
+    "Mended: the query-embedding cache (an LRU of 1,024 vectors, ~1.6 MB, keyed by model revision and "
+    "the query with whitespace collapsed) answers a repeated query without the model; BLAS is limited "
+    "after the model loads. Not done yet: moving the Run writer's Python work off the ranking window "
+    "(it would need the writer to wait while a query is embedded).",
+]
 
 
 def build_cross_encoder(target: Path) -> Path:
@@ -202,6 +232,7 @@ def render(result: dict[str, Any]) -> str:
         )
         + "."
     )
+    lines += ["", *WHY_EMBED_QUERY]
     target = result.get("target")
     lines.append("")
     if target is None:

@@ -113,7 +113,8 @@ def run(quick: bool) -> dict[str, Any]:
 
     from memory_core.adapters.minilm import MiniLMEmbedder
 
-    embedders = {p: MiniLMEmbedder(inference=p, query_cache_size=0) for p in PATHS}
+    # One thread for batches too: on a shared 2-core machine two OpenMP threads stall at barriers.
+    embedders = {p: MiniLMEmbedder(inference=p, query_cache_size=0, torch_threads=1) for p in PATHS}
     for e in embedders.values():
         e.load()
     load_before = os.getloadavg()[0]

@@ -9,6 +9,12 @@ that load separately; stage times come from the progress callback's timestamps:
 - embed: embedding-cache lookup, MiniLM on the missing units, cache writes
 - lexical: the Lucene index
 - rest: vector index, unit table, publish, catalog, prune
+
+Embed batching (issue 17): the Indexer embeds the missing units longest first across the whole
+set; before, it embedded them 64 at a time in unit order (each call sorted its own 64). Both
+strategies embed the same Cranfield units with the same fresh embedder (no cache), taking turns
+over four disjoint subsets so other jobs on the machine slow both alike; ``python -m
+benchmarks.indexing --batching`` runs only this comparison and keeps the rest of the saved result.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT, write_result
+from benchmarks.common import ROOT, machine, read_result, write_result
 from benchmarks.synthetic import write_cranfield_markdown, write_synthetic_memory
 
 NAME = "indexing"
@@ -103,6 +109,66 @@ def _child(job: dict[str, Any]) -> dict[str, Any]:
         out["noop_status"] = again.status
     engine.close()
     return out
+
+
+# -- embed batching, before and after (same run, same embedder) ---------------------------------
+BATCHING_SUBSETS = 4
+
+
+def _cranfield_units() -> list[Any]:
+    from benchmarks.cranfield_quality import Cranfield
+    from memory_core.adapters.minilm import MiniLMTokenCounter
+    from memory_core.chunking import MarkdownChunker
+
+    cranfield = Cranfield.load()
+    chunker = MarkdownChunker(MiniLMTokenCounter())
+    units = []
+    for doc, (title, text) in cranfield.documents.items():
+        units += chunker.chunk(f"{doc}.md", doc, Cranfield.markdown(title, text), "text/markdown")
+    return units
+
+
+def _embed_in_order(embedder: Any, units: list[Any]) -> None:
+    """Before: 64 units per call in unit order (each call sorts its own 64 by length)."""
+    from memory_core.indexing import EMBED_BATCH
+
+    for start in range(0, len(units), EMBED_BATCH):
+        embedder.embed_documents([u.search_text for u in units[start : start + EMBED_BATCH]])
+
+
+def _embed_longest_first(embedder: Any, units: list[Any]) -> None:
+    """After, as ``Indexer._embed`` does it: all missing units longest first, then 64 per call."""
+    _embed_in_order(embedder, sorted(units, key=lambda u: -u.token_count))
+
+
+def _batching(quick: bool) -> dict[str, Any]:
+    from memory_core.adapters.minilm import MiniLMEmbedder
+
+    units = _cranfield_units()
+    if quick:
+        units = units[:256]
+    embedder = MiniLMEmbedder()
+    embedder.load()
+    embedder.embed_documents(["warm up"] * 4)
+    strategies = {"in_order": _embed_in_order, "longest_first": _embed_longest_first}
+    rates: dict[str, list[float]] = {k: [] for k in strategies}
+    load_before = os.getloadavg()[0]
+    for i in range(BATCHING_SUBSETS):
+        subset = units[i::BATCHING_SUBSETS]
+        for name in list(strategies) if i % 2 == 0 else list(strategies)[::-1]:
+            t0 = time.perf_counter()
+            strategies[name](embedder, subset)
+            rates[name].append(len(subset) / (time.perf_counter() - t0))
+    ratios = [a / b for a, b in zip(rates["longest_first"], rates["in_order"], strict=True)]
+    return {
+        "units": len(units),
+        "mean_unit_tokens": sum(u.token_count for u in units) / len(units),
+        "units_per_s": rates,
+        "ratio_per_subset": ratios,
+        "ratio_median": statistics.median(ratios),
+        "loadavg_1m": [load_before, os.getloadavg()[0]],
+        "machine": machine(),
+    }
 
 
 # -- parent side ------------------------------------------------------------------------------
@@ -210,7 +276,15 @@ def run(quick: bool) -> dict[str, Any]:
         corpora.append(
             _measure_corpus(f"synthetic-{synthetic_units // 1000}k", synthetic.folder, synthetic.edit_one, work)
         )
-    return write_result(NAME, {"quick": quick, "corpora": corpora})
+    print("   embed batching: in unit order vs longest first", flush=True)
+    return write_result(NAME, {"quick": quick, "corpora": corpora, "batching": _batching(quick)})
+
+
+def run_batching_only(quick: bool) -> dict[str, Any]:
+    """Only the batching comparison; the saved full-index figures stay (each states its date)."""
+    saved = read_result(NAME) or {"quick": quick, "corpora": []}
+    saved.pop("machine", None)
+    return write_result(NAME, {**saved, "batching": _batching(quick)})
 
 
 # -- document ---------------------------------------------------------------------------------
@@ -288,9 +362,34 @@ def render(result: dict[str, Any]) -> str:
         _not_measured(result),
         "",
     ]
+    b = result.get("batching")
+    if b is not None:
+        rates = b["units_per_s"]
+        lines += [
+            "### Embed batching",
+            "",
+            f"Measured {b['machine']['date']}, load average {b['loadavg_1m'][0]:.1f}–{b['loadavg_1m'][1]:.1f}: "
+            f"{b['units']:,} Cranfield units ({b['mean_unit_tokens']:.0f} tokens each on average) embedded by "
+            "one fresh MiniLM embedder, no cache, in four disjoint subsets, the two strategies taking turns. "
+            "Before: 64 units per call in unit order; after (the Indexer now): all missing units longest "
+            "first, then 64 per call, so a batch pads to nearly its own length.",
+            "",
+            "| strategy | units/s per subset | median |",
+            "|---|---|---:|",
+            *(
+                f"| {name.replace('_', ' ')} | {', '.join(f'{x:.0f}' for x in v)} | {statistics.median(v):.0f} |"
+                for name, v in rates.items()
+            ),
+            "",
+            f"Speed-up per subset (same subset, same run): {', '.join(f'{x:.2f}x' for x in b['ratio_per_subset'])}; "
+            f"median {b['ratio_median']:.2f}x.",
+            "",
+        ]
     return "\n".join(lines)
 
 
-if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--child":
+if __name__ == "__main__" and sys.argv[1:2] == ["--batching"]:
+    print(render(run_batching_only(quick="--quick" in sys.argv)))
+elif __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--child":
     job = json.loads(sys.argv[2])
     Path(job["result"]).write_text(json.dumps(_child(job)))
