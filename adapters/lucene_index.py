@@ -52,6 +52,7 @@ from typing import Any, TypeVar
 import attrs
 
 from memory_core.adapters import jvm
+from memory_core.adapters.crash_points import crash_point
 from memory_core.errors import GenerationCorrupted, MemoryCoreError, StorageUnavailable
 from memory_core.model import Unit
 from memory_core.ports import Hit
@@ -204,6 +205,7 @@ def _update(jnius: Any, directory: Path, remove: Sequence[str], add: Sequence[tu
             doc = generator.createDocument(document.fromString(_raw(uid, text)))
             _java("written", directory, functools.partial(writer.addDocument, doc))
         _java("written", directory, writer.forceMergeDeletes)
+        crash_point("lexical.update.before_commit")  # links and new segments in staging, none published
         _java("written", directory, writer.commit)
     except BaseException:
         with contextlib.suppress(Exception):  # drop what was written; the caller's error stands

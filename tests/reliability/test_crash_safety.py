@@ -75,6 +75,7 @@ class Crash:
 INDEX_BEFORE_POINTER = (
     "blob.put.before_rename",
     "blob.put.after_rename@2",
+    "lexical.update.before_commit",  # the incremental Lucene build (over rev2's linked segments)
     "generation.publish.before_seal",
     "generation.publish.before_rename",
     "generation.publish.after_rename",
@@ -84,7 +85,7 @@ INDEX_BEFORE_POINTER = (
     "catalog.set_current.before_commit",
 )
 INDEX_AFTER_POINTER = ("catalog.set_current.after_commit", "generation.trash.after_rename")
-LUCENE_POINTS = {"generation.publish.before_rename", "catalog.set_current.after_commit"}
+LUCENE_POINTS = {"lexical.update.before_commit", "generation.publish.before_rename", "catalog.set_current.after_commit"}
 
 SCENARIOS = (
     *(Crash("index", p, p in LUCENE_POINTS) for p in INDEX_BEFORE_POINTER + INDEX_AFTER_POINTER),
