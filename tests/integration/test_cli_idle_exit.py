@@ -29,7 +29,7 @@ BOUND_S = 60.0  # the longest any wait here may take
 def memcore(home: Path, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "MEMORY_CORE_HOME"}
     return subprocess.run([sys.executable, "-m", "memory_core", "--home", str(home), *args],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=120, **kwargs)
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600, **kwargs)
 
 
 def status(home: Path) -> dict[str, Any]:
@@ -62,19 +62,19 @@ def daemon_log(home: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 def test_an_on_demand_daemon_stops_after_its_idle_time_and_says_so(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    with launcher.ensure_daemon(home, idle_exit_s=2, extra_args=["--no-warm", "--no-ui"]):
+    home, limit = tmp_path / "home", 6  # longer than a `memcore status` subprocess takes to ask
+    with launcher.ensure_daemon(home, idle_exit_s=limit, extra_args=["--no-warm", "--no-ui"]):
         pass
     first = status(home)
-    assert first["running"] is True and first["on_demand"] is True and first["idle_exit_seconds"] == 2
+    assert first["running"] is True and first["on_demand"] is True and first["idle_exit_seconds"] == limit
     text = memcore(home, "status").stdout
-    assert f"pid {first['pid']}" in text and "started on demand" in text and "stops after 2 s idle" in text
+    assert f"pid {first['pid']}" in text and "started on demand" in text and f"stops after {limit} s idle" in text
     took = wait_until(lambda: not alive(first["pid"]), "the idle daemon stopping")
-    assert took < 30
+    assert took >= limit - 2  # not before its time (the clock restarted when `status` asked)
     assert paths.read_info(home) is None  # it let the lock go, as on SIGTERM
     assert not paths.default_socket_path(home).exists()
     stopped = [r for r in daemon_log(home) if r.get("message") == "idle: stopping"]
-    assert len(stopped) == 1 and stopped[0]["idle_exit_s"] == 2 and stopped[0]["idle_s"] >= 2
+    assert len(stopped) == 1 and stopped[0]["idle_exit_s"] == limit and stopped[0]["idle_s"] >= limit
     assert status(home) == {"running": False, "home": str(home)}
     assert "not running" in memcore(home, "status").stdout
 

@@ -38,7 +38,7 @@ def test_a_daemon_started_by_serve_says_it_runs_until_stopped(page: Any, ui_daem
 def test_an_open_page_keeps_an_on_demand_daemon_and_closing_it_lets_it_stop(
     browser: Any, console: Console, tmp_path: Path
 ) -> None:
-    home, limit = tmp_path / "home", 2.0
+    home, limit = tmp_path / "home", 3.0
     with launcher.ensure_daemon(home, idle_exit_s=limit, extra_args=["--no-warm"], client_timeout=10) as client:
         pid = client.runtime_status().pid
         info = read_ui_info(home)
@@ -48,7 +48,7 @@ def test_an_open_page_keeps_an_on_demand_daemon_and_closing_it_lets_it_stop(
         page.goto(info.url)  # the launch address, as `memcore ui` prints it
     try:
         lifetime = page.locator("main dt:has-text('Lifetime') + dd")
-        expect(lifetime).to_contain_text("started on demand (memcore mcp or ui); stops after 2s idle")
+        expect(lifetime).to_contain_text("started on demand (memcore mcp or ui); stops after 3s idle")
         time.sleep(4 * limit)  # only the open page's heartbeat keeps it
         assert alive(pid), "the daemon stopped while its UI page was open"
         assert console.unexpected() == [], console.unexpected()
