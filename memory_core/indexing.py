@@ -89,6 +89,9 @@ class Indexer:
     # still read, verified and put, so a damaged blob is repaired as before.
     _chunked: dict[tuple[str, str, str], list[Unit]] = attrs.field(factory=dict, init=False, eq=False, repr=False)
     _chunked_revision: tuple[str, str] = attrs.field(default=("", ""), init=False, eq=False, repr=False)
+    # The vectors of the last build's units by unit hash, for one embedding model revision.
+    _vectors: dict[str, Vector] = attrs.field(factory=dict, init=False, eq=False, repr=False)
+    _vectors_model: str = attrs.field(default="", init=False, eq=False, repr=False)
 
     def revisions(self) -> IndexRevisions:
         return IndexRevisions(
@@ -280,7 +283,13 @@ class Indexer:
 
     def _embed(self, units: list[Unit], progress: Progress) -> tuple[int, int, list[Vector]]:
         model = self.embedder.revision
-        known = self.embedding_cache.get_many(model, {u.unit_hash for u in units})
+        # Vectors of the last build's units first: a re-index asks the cache only for new
+        # hashes (asking it for all 10,000 took about a second on a loaded machine).
+        memo = self._vectors if self._vectors_model == model else {}
+        wanted = {u.unit_hash for u in units}
+        known = {h: memo[h] for h in wanted if h in memo}
+        if len(known) < len(wanted):
+            known.update(self.embedding_cache.get_many(model, wanted - known.keys()))
         missing: dict[str, str] = {}
         tokens: dict[str, int] = {}
         for u in units:
@@ -297,4 +306,5 @@ class Indexer:
             self.embedding_cache.put_many(model, fresh)
             known.update(fresh)
             progress("embed", min(start + EMBED_BATCH, len(hashes)), len(hashes))
+        self._vectors, self._vectors_model = {h: known[h] for h in wanted}, model  # only this build's: bounded
         return len(hashes), len(units) - len(hashes), [known[u.unit_hash] for u in units]
