@@ -43,6 +43,20 @@ SEAL_FORMAT = 1
 _REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 
+def _left_by_interrupted_copy(destination: Path) -> bool:
+    """Whether ``destination`` holds only what ``copy_generations`` writes (staging folders and
+    generations named by revision under ``generations/``): a move that died before its catalog
+    switch left it, and running the move again must be able to reuse the place."""
+    gens = destination / "generations"
+    if os.listdir(destination) != ["generations"] or not gens.is_dir() or gens.is_symlink():
+        return False
+    return all(
+        (gens / name).is_dir() and not (gens / name).is_symlink()
+        and (name.startswith(STAGING_PREFIX) or _REVISION.match(name) is not None)
+        for name in os.listdir(gens)
+    )  # fmt: skip
+
+
 def check_revision(index_revision: str) -> str:
     if not isinstance(index_revision, str) or not _REVISION.match(index_revision):
         raise InvalidRequest(f"invalid index revision {index_revision!r}", index_revision=index_revision)
@@ -282,7 +296,7 @@ class FileGenerationStore:
             raise refuse("not_a_directory", f"{str(dest)!r} exists and is not a directory")
         try:
             dest.mkdir(mode=0o700, parents=True, exist_ok=True)
-            if os.listdir(dest):
+            if os.listdir(dest) and not _left_by_interrupted_copy(dest):
                 raise refuse("not_empty", f"{str(dest)!r} is not empty: give an empty or new directory")
             os.chmod(dest, 0o700)
             probe = dest / f"{STAGING_PREFIX}probe-{secrets.token_hex(4)}"
@@ -305,6 +319,8 @@ class FileGenerationStore:
         moved: dict[str, Path] = {}
         try:
             gens.mkdir(mode=0o700, parents=True, exist_ok=True)
+            for entry in os.listdir(gens):  # what an interrupted move left (prepare_location allowed it)
+                shutil.rmtree(gens / entry)
             for revision, source in sorted(directories.items()):
                 self.verify(source)  # a damaged generation is not carried along as if sound
                 staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=gens))

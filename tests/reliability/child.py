@@ -70,6 +70,8 @@ def main(argv: list[str]) -> int:
     elif action == "import":
         result = engine.import_evaluation_set(Path(args[0]).read_bytes())
         ack(imported=list(result.cases_added))
+    elif action == "move":
+        ack(moved=engine.move_project_storage(PROJECT, args[0]).location)
     elif action == "noop":  # bootstrap (and its recovery) only
         pass
     else:

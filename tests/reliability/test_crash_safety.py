@@ -108,6 +108,8 @@ SCENARIOS = (
     Crash("import", "evaluation.add_cases.before_commit"),
     Crash("import", "evaluation.add_cases.after_commit"),
     Crash("recover", "runs.recover.before_commit"),
+    Crash("move", "generation.copy.before_rename@2"),  # the second generation's copy
+    Crash("move", "catalog.set_storage.before_commit"),
 )
 
 
@@ -281,7 +283,30 @@ def check_recover(scenario: Crash, seeded: Seeded, tmp_path: Path, env: dict[str
     assert [r[1:] for r in _new_runs(engine, seeded)] == [(FAILED, sqlite_runs.INTERRUPTED, 0)]
 
 
+def check_move(scenario: Crash, seeded: Seeded, tmp_path: Path, env: dict[str, str]) -> None:
+    """A move that dies before its catalog switch leaves the old place serving, and running it
+    again into the same destination (holding the dead move's copies) completes."""
+    old = Path(restart_and_verify(seeded.home).show_project(PROJECT).generation.directory)  # type: ignore[union-attr]
+    destination = tmp_path / "moved-storage"
+    crashed(run_child(seeded.home, "move", str(destination), crash=scenario.point, **env))
+    engine = restart_and_verify(seeded.home)
+    assert Path(engine.show_project(PROJECT).generation.directory) == old  # type: ignore[union-attr]
+    assert old.is_dir()
+    activations_still_work(engine)
+    moved = engine.move_project_storage(PROJECT, destination)
+    assert Path(moved.location) == destination.resolve()
+    current = Path(engine.show_project(PROJECT).generation.directory)  # type: ignore[union-attr]
+    assert current.parent.parent == destination.resolve() and not old.exists()
+    assert sorted(p.name for p in (destination / "generations").iterdir()) == sorted(
+        g.index_revision for g in (engine.show_project(PROJECT).generation, engine.catalog.previous_generation(PROJECT))
+        if g is not None
+    ), "the dead move's staging copies were not swept"
+    activations_still_work(engine)
+    restart_and_verify(seeded.home)
+
+
 CHECKS = {
+    "move": check_move,
     "index": check_index,
     "activate": check_activate,
     "fail": check_fail,
