@@ -11,6 +11,7 @@ from benchmarks.common import ROOT, read_result
 MODULES = [
     "cranfield_quality",
     "activation_latency",
+    "embedder_paths",
     "live_memory",
     "indexing",
     "watcher",

@@ -28,6 +28,15 @@ NAME = "embedder_paths"
 PATHS = ("fp32", "int8")
 COLLECTIONS = {"cranfield": CRANFIELD, "cisi": CISI}
 SPEED_QUERIES = 60
+QUICK_QUERIES = 30
+DECISION = (
+    'Default: fp32. int8 (`MiniLMEmbedder(inference="int8")`, revision suffix '
+    "`+torch-dynamic-int8-per-channel`) halves the query's CPU time and stayed within noise on both "
+    "collections in the quick run above, but a pool of 30 queries is weak evidence, and adopting it "
+    "re-embeds every index (a generation of another revision is refused at `embed_query`, never mixed): "
+    "the full run over every judged query and whole collections (`python -m benchmarks embedder_paths`) "
+    "decides. ONNX Runtime int8 is not measured: the export needs the `onnx` package, not installed."
+)
 DEPTH = 100
 
 
@@ -45,8 +54,14 @@ def _quality(embedders: dict[str, Any], root: Path, quick: bool) -> dict[str, An
     from memory_core.metrics import paired_bootstrap
 
     docs, queries, qrels = _collection(root)
-    if quick:
-        queries = dict(list(queries.items())[:40])
+    if quick:  # 30 queries over a pool: their judged documents and 100 others (seeded), capped at 400
+        import random
+
+        queries = dict(list(queries.items())[:QUICK_QUERIES])
+        judged = sorted({d for q in queries for d in qrels.get(q, {}) if d in docs})[:300]
+        others = sorted(set(docs) - set(judged))
+        pool = judged + random.Random(0).sample(others, min(100, len(others)))
+        docs = {d: docs[d] for d in pool}
     ids = list(docs)
     scores: dict[str, dict[str, float]] = {}
     throughput: dict[str, float] = {}
@@ -136,7 +151,12 @@ def render(result: dict[str, Any]) -> str:
         "## MiniLM inference paths",
         "",
         f"Measured {m['date']} on {m['cpus']} CPUs ({m['processor']}, Python {m['python']})"
-        + (", quick run" if result.get("quick") else "")
+        + (
+            f", quick run ({QUICK_QUERIES} queries per collection ranked over a pool: their judged documents "
+            "and 100 others)"
+            if result.get("quick")
+            else ""
+        )
         + f"; 1-minute load average {result['loadavg_1m'][0]:.1f}–{result['loadavg_1m'][1]:.1f} on 2 cores. "
         "Dense-only ranking of whole documents by each path of `MiniLMEmbedder`; the interval is a "
         "paired bootstrap (95 %) of the path's nDCG@10 less fp32's, over queries.",
@@ -165,9 +185,11 @@ def render(result: dict[str, Any]) -> str:
                 f"| {kind} | {path} | {s['wall_p50']:.1f} / {s['wall_p95']:.1f} | {s['cpu_p50']:.1f} | "
                 f"{s['cpu_ratio_p50']:.2f} |"
             )
-    lines.append("")
+    lines += ["", DECISION, ""]
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    print(render(run(quick=False)))
+    import sys
+
+    print(render(run(quick="--quick" in sys.argv)))
