@@ -32,7 +32,7 @@ from memory_core.evaluation import Case, EvaluationService, JudgmentSet
 from memory_core.evaluation_report import Report
 from memory_core.exact import REVISION as EXACT_REVISION
 from memory_core.exact import ExactIndex
-from memory_core.fixture import ImportResult
+from memory_core.fixture import ImportResult, dump, export_document
 from memory_core.indexing import LEXICAL_DIR, VECTOR_DIR, Indexer, IndexReport, Progress
 from memory_core.local_storage import CURRENT, PREVIOUS, UNREFERENCED, ProjectRemoval, ProjectStorage, StoredGeneration
 from memory_core.model import (
@@ -636,6 +636,24 @@ class Engine:
     def evaluation_report(self, project_id: str | None = None, case_ids: Sequence[str] | None = None) -> Report:
         return self.evaluations().report(project_id, case_ids)
 
+    def export_evaluation_document(
+        self,
+        *,
+        project_id: str | None = None,
+        case_ids: Sequence[str] | None = None,
+        with_history: bool = False,
+        with_uris: bool = False,
+    ) -> Mapping[str, Any]:
+        """The self-contained fixture of a project's (or the named) cases, as a document. A
+        project with no case exports an empty set; a project that neither exists nor has cases
+        (a removed project's cases still export) is ``project_not_found``, for every transport."""
+        service = self.evaluations()
+        if project_id is not None and not service.list_cases(project_id, case_ids):
+            self.catalog.get_project(project_id)
+        return export_document(
+            service, project_id=project_id, case_ids=case_ids, with_history=with_history, with_uris=with_uris
+        )
+
     def export_evaluation_set(
         self,
         *,
@@ -644,8 +662,11 @@ class Engine:
         with_history: bool = False,
         with_uris: bool = False,
     ) -> bytes:
-        return self.evaluations().export_fixture(
-            project_id=project_id, case_ids=case_ids, with_history=with_history, with_uris=with_uris
+        """The fixture file ``memcore eval export`` writes (canonical JSON)."""
+        return dump(
+            self.export_evaluation_document(
+                project_id=project_id, case_ids=case_ids, with_history=with_history, with_uris=with_uris
+            )
         )
 
     def import_evaluation_set(self, data: bytes | str | Mapping[str, Any]) -> ImportResult:

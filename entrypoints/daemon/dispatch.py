@@ -361,11 +361,8 @@ def evaluation_report(ctx: Context, req: api.EvaluationReportRequest) -> api.Eva
 
 
 def export_evaluation_set(ctx: Context, req: api.ExportEvaluationSetRequest) -> api.EvaluationFixture:
-    from memory_core.fixture import export_document
-
     # The document, not its bytes: the client writes the same bytes with fixture.dump.
-    document = export_document(
-        ctx.engine.evaluations(),
+    document = ctx.engine.export_evaluation_document(
         project_id=req.project_id,
         case_ids=req.case_ids,
         with_history=req.with_history,

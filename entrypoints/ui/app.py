@@ -75,11 +75,6 @@ def create_ui_app(context: Context, daemon_app: ASGIApp, ui: Secrets) -> ASGIApp
             method = dispatch.lookup("export_evaluation_set")
             typed = api.structure(converter, {"project_id": project_id} if project_id else {}, method.request)
             fixture = await anyio.to_thread.run_sync(partial(context.call, method, typed))
-            if project_id is not None and not fixture.document.get("cases"):
-                # No case: a project with none yet, or no such project (the catalog decides;
-                # a removed project's cases still export above).
-                show = dispatch.lookup("show_project")
-                await anyio.to_thread.run_sync(partial(context.call, show, api.ShowProjectRequest(project_id)))
         except MemoryCoreError as exc:
             return error_response(exc)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -405,6 +405,8 @@ def test_export_is_the_engines_fixture_as_an_object(http: TestClient, context: C
     assert [c["case_id"] for c in chosen["cases"]] == [ids[2]]
     assert_error(post(http, "export_evaluation_set", {"case_ids": ["NOPE"]}), "evaluation_case_not_found", 404)
     assert_error(post(http, "export_evaluation_set", {"with_history": "yes"}), "invalid_request", 400)
+    # An unknown project is an error on every transport, not an empty fixture (the engine decides).
+    assert_error(post(http, "export_evaluation_set", {"project_id": "nosuch"}), "project_not_found", 404)
 
 
 @pytest.fixture
