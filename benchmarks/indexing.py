@@ -145,8 +145,8 @@ def _batching(quick: bool) -> dict[str, Any]:
     from memory_core.adapters.minilm import MiniLMEmbedder
 
     units = _cranfield_units()
-    if quick:
-        units = units[:256]
+    if quick:  # each subset still spans several 64-unit calls, or both strategies make the same call
+        units = units[: BATCHING_SUBSETS * 3 * 64]
     embedder = MiniLMEmbedder()
     embedder.load()
     embedder.embed_documents(["warm up"] * 4)
