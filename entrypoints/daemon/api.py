@@ -133,6 +133,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "storage_unavailable": 503,
     "daemon_unavailable": 503,
     "jvm_unavailable": 503,
+    "model_unavailable": 503,
     # Evaluation Sets (memory_core.evaluation_errors), ahead of their methods in the table.
     "invalid_judgments": 400,
     "invalid_evaluation_fixture": 400,

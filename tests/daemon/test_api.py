@@ -311,7 +311,12 @@ def import_every_error_module() -> None:
     for module in pkgutil.iter_modules(memory_core.__path__):
         if module.name.endswith("errors"):
             importlib.import_module(f"memory_core.{module.name}")
-    importlib.import_module("memory_core.adapters.jvm")  # JvmUnavailable; starts no JVM
+    import memory_core.adapters
+
+    # Adapters define errors too (JvmUnavailable, ModelUnavailable); importing one starts no
+    # JVM and loads no model (both are lazy).
+    for module in pkgutil.walk_packages(memory_core.adapters.__path__, "memory_core.adapters."):
+        importlib.import_module(module.name)
 
 
 import_every_error_module()
