@@ -152,7 +152,7 @@ def test_client_round_trip(daemon: Daemon, tmp_path: Path) -> None:
         client.add_project("notes", [Source(str(source))])
     with pytest.raises(ProjectNotFound) as missing:
         client.show_project("nope")
-    assert missing.value.details == {"project": "nope"}
+    assert missing.value.details == {"project": "nope", "known_projects": ["notes"]}
     with pytest.raises(InvalidRequest, match="absolute"):
         client.add_project("relative", [Source("memory")])
     client.remove_project("notes")
