@@ -256,7 +256,7 @@ def check_clear(scenario: Crash, seeded: Seeded, tmp_path: Path, env: dict[str, 
 def check_import(scenario: Crash, seeded: Seeded, tmp_path: Path, env: dict[str, str]) -> None:
     source = restart_and_verify(seeded.home)
     fixture = tmp_path / "fixture.json"
-    fixture.write_bytes(source.export_evaluation_set())
+    fixture.write_bytes(source.export_evaluation_set(with_uris=True))  # the same case ids and hashes
     target = tmp_path / "target"
     crashed(run_child(target, "import", str(fixture), crash=scenario.point, **env))
     engine = restart_and_verify(target)

@@ -391,7 +391,10 @@ def assert_answered(message: dict[str, Any], what: str) -> None:
         return
     result = message["result"]
     if result.get("isError"):
-        error = result["structuredContent"]["error"]
+        # No structuredContent on an error (it would not match the outputSchema): the daemon's
+        # envelope rides in _meta.
+        assert "structuredContent" not in result, f"{what}: {message}"
+        error = result["_meta"]["memory-core/error"]
         assert error["code"] != "internal_error" and isinstance(error["message"], str), f"{what}: {message}"
 
 
