@@ -518,20 +518,48 @@ def reply_to(verdict: Verdict, refused: Exception) -> Any:
     return types.JSONRPCError(jsonrpc="2.0", id=verdict.request_id, error=error)
 
 
+# The SDK cancels the requests still in flight when stdin ends; a client that writes its last
+# requests and closes stdin (as a pipe does) would get no answer. So the end of stdin reaches
+# the server only once every request it was handed is answered, or after this long.
+DRAIN_TIMEOUT_S = 120.0
+
+
 @contextlib.asynccontextmanager
-async def answer_refused(read_stream: Any, write_stream: Any, verdicts: deque[Verdict]) -> AsyncIterator[Any]:
-    """The server's read stream, relayed from the transport's: each exception the transport
-    yields for a line is answered on ``write_stream`` (the transport's one writer) instead."""
+async def answer_refused(read_stream: Any, write_stream: Any, verdicts: deque[Verdict],
+                         drain_timeout_s: float = DRAIN_TIMEOUT_S) -> AsyncIterator[tuple[Any, Any]]:
+    """The server's streams, relayed from the transport's: each exception the transport yields
+    for a line is answered on ``write_stream`` (the transport's one writer) instead, and the end
+    of input is passed on once the requests in flight are answered."""
     import anyio
+    import mcp_types as types
+    from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
     from mcp.shared.message import SessionMessage
 
     send, receive = anyio.create_memory_object_stream[Any](0)
+    out_send, out_receive = anyio.create_memory_object_stream[Any](0)
+    in_flight: set[Any] = set()
+    answered = [anyio.Event()]  # set while nothing is in flight; a fresh one per busy spell
 
-    async def relay() -> None:
+    def begin(request_id: Any) -> None:
+        if not in_flight:
+            answered[0] = anyio.Event()
+        in_flight.add(request_id)
+
+    def settle(request_id: Any) -> None:
+        in_flight.discard(request_id)
+        if not in_flight:
+            answered[0].set()
+
+    async def relay_in() -> None:
         async with send:
             async for item in read_stream:
                 verdict = verdicts.popleft() if verdicts else Verdict()
                 if not isinstance(item, Exception):
+                    message = item.message
+                    if isinstance(message, types.JSONRPCRequest):
+                        begin(message.id)
+                    elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+                        settle(cancelled_request_id_from_params(message.params))  # a cancelled one gets no answer
                     await send.send(item)
                     continue
                 reply = reply_to(verdict, item)
@@ -543,10 +571,25 @@ async def answer_refused(read_stream: Any, write_stream: Any, verdicts: deque[Ve
                 if reply is not None:
                     with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                         await write_stream.send(SessionMessage(reply))
+            if in_flight:
+                with anyio.move_on_after(drain_timeout_s):
+                    await answered[0].wait()
+                if in_flight:
+                    unanswered = sorted(map(str, in_flight))
+                    log.warning("stdin ended with requests unanswered", extra={"fields": {"ids": unanswered}})
+
+    async def relay_out() -> None:
+        async with write_stream, out_receive:
+            async for item in out_receive:
+                with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    await write_stream.send(item)
+                if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
+                    settle(item.message.id)
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(relay)
-        yield receive
+        tg.start_soon(relay_in)
+        tg.start_soon(relay_out)
+        yield receive, out_send
 
 
 @contextlib.contextmanager
@@ -660,9 +703,9 @@ def main(home: str | None = None, *, start_timeout_s: float = 60.0, log_level: s
             stdin = DecodingStdin(binary)
             async with (
                 stdio_server(stdin=stdin) as (read_stream, write_stream),  # type: ignore[arg-type]
-                answer_refused(read_stream, write_stream, stdin.verdicts) as inbound,
+                answer_refused(read_stream, write_stream, stdin.verdicts) as (inbound, outbound),
             ):
-                await server.run(inbound, write_stream, server.create_initialization_options())
+                await server.run(inbound, outbound, server.create_initialization_options())
 
     log.info("mcp serving", extra={"fields": {"home": str(root)}})
     try:

@@ -344,3 +344,23 @@ def test_every_raw_line_gets_an_answer(tmp_path: Path) -> None:
     assert [r["error"]["code"] for r in by_id[None]] == [-32700, -32700, -32700]
     assert by_id[9] == [{"jsonrpc": "2.0", "id": 9, "result": {}}]  # and it still serves
     assert paths.read_info(home) is None
+
+
+@pytest.mark.slow
+def test_requests_in_flight_when_stdin_ends_are_answered(tmp_path: Path) -> None:
+    """A client that writes its last request and closes stdin (a pipe) still gets the answer: the
+    list_projects call waits on starting the daemon, long after stdin has ended."""
+    home = tmp_path / "home"
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    lines = [
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "list_projects", "arguments": {}}},
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "memory_core", "--home", str(home), "mcp", "--idle-exit", "1"], cwd=ROOT,
+        input="".join(json.dumps(line) + "\n" for line in lines).encode(), capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    replies = {reply["id"]: reply for reply in map(json.loads, done.stdout.decode().splitlines())}
+    assert replies[1]["result"]["structuredContent"]["projects"] == [], replies
