@@ -67,7 +67,7 @@ def build_cross_encoder(target: Path) -> Path:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from memory_core.adapters.minilm import default_model_dir, quiet_model_loading
+    from memory_core.adapters.models.minilm import default_model_dir, quiet_model_loading
 
     source = default_model_dir()
     torch.manual_seed(0)
@@ -86,8 +86,8 @@ def build_cross_encoder(target: Path) -> Path:
 
 def _index(home: Path, units: int, work: Path) -> dict[str, Any]:
     from benchmarks.recording_overhead import shared_embedding_cache
+    from memory_core.domain.model import Source
     from memory_core.entrypoints.bootstrap import bootstrap
-    from memory_core.model import Source
 
     memory = write_synthetic_memory(work / f"memory-{units}", units)
     engine = bootstrap(home, embedding_cache=shared_embedding_cache())
@@ -110,9 +110,9 @@ def _summary(samples: list[dict[str, float]]) -> dict[str, dict[str, float]]:
 def _measure(homes: dict[int, Path], reranker: Any, queries: list[str]) -> list[dict[str, Any]]:
     """One row per size. The sizes take turns query by query, so contention from other jobs on
     the machine lands on every size alike and the ratios between sizes hold."""
-    from memory_core.adapters.minilm import MiniLMEmbedder
+    from memory_core.adapters.models.minilm import MiniLMEmbedder
     from memory_core.entrypoints.bootstrap import bootstrap
-    from memory_core.recording import NullRecorder
+    from memory_core.runs.records import NullRecorder
 
     embedder = MiniLMEmbedder()  # one model in memory for every engine
     # Unrecorded: the recording overhead is bench_recording's figure, not this one's.
@@ -157,8 +157,8 @@ def _measure(homes: dict[int, Path], reranker: Any, queries: list[str]) -> list[
 
 
 def run(quick: bool) -> dict[str, Any]:
-    from memory_core.adapters.cross_encoder import CrossEncoderReranker
-    from memory_core.rerankers import ConvexFusionReranker
+    from memory_core.adapters.models.cross_encoder import CrossEncoderReranker
+    from memory_core.retrieval.rerankers import ConvexFusionReranker
 
     os.umask(0o077)
     sizes = [1_000] if quick else [1_000, 10_000, 50_000]

@@ -212,7 +212,7 @@ def load_worker(home: str, project: str, queries: list[str], start_at: float, du
 
 
 def listed_run_ids(client: Any, project: str) -> list[Any]:
-    from memory_core.recording import RunFilter
+    from memory_core.runs.records import RunFilter
 
     runs: list[Any] = []
     cursor = None
@@ -301,7 +301,7 @@ def run(quick: bool) -> dict[str, Any]:
     import json
 
     from benchmarks.recording_overhead import index_folder, loadavg
-    from memory_core.model import Source
+    from memory_core.domain.model import Source
 
     os.umask(0o077)
     loops = 40 if quick else 150

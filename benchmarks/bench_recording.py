@@ -18,9 +18,9 @@ from typing import Any
 from benchmarks.common import RESULTS, percentile, write_result
 from memory_core.adapters.sqlite import SqliteCatalog, open_database
 from memory_core.adapters.sqlite.runs import SqliteRunStore
-from memory_core.model import EffectiveMemory, Layer, ManifestEntry, Unit, unit_hash_of
-from memory_core.pipeline import ADD, EXCLUDED, SELECTED, TOKEN_BUDGET_EXHAUSTED, Candidate
-from memory_core.recording import RunStart, RunTrace
+from memory_core.domain.model import EffectiveMemory, Layer, ManifestEntry, Unit, unit_hash_of
+from memory_core.retrieval.pipeline import ADD, EXCLUDED, SELECTED, TOKEN_BUDGET_EXHAUSTED, Candidate
+from memory_core.runs.records import RunStart, RunTrace
 
 NAME = "recording"
 CANDIDATES = 200

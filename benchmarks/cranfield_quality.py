@@ -13,7 +13,7 @@ Variants (brief §7): B1 lexical list, B2 dense, B3 RRF, B4 final order; plain B
 whole documents (the data set's reference run). Metrics are at document level (the first unit of
 each document in a ranking; a long abstract is split into several units) with trec_eval's
 conventions via pytrec_eval, qrels ``qrels/test.tsv``; nDCG@10 is cross-checked per query against
-``memory_core.metrics`` at resource level.
+``memory_core.evaluation.metrics`` at resource level.
 
 Tuning (brief §4.6): the ConvexFusionReranker parameters are grid-searched on the odd query ids
 over the candidates the evaluation pass recorded (no re-retrieval: the reranker sees exactly what
@@ -36,8 +36,8 @@ from typing import Any
 import attrs
 
 from benchmarks.common import CRANFIELD, write_result
-from memory_core.engine import Activation, Engine
-from memory_core.metrics import (
+from memory_core.domain.model import Source, Unit, unit_hash_of, unit_id_for
+from memory_core.evaluation.metrics import (
     Judgments,
     MetricLevel,
     RankedItem,
@@ -47,10 +47,10 @@ from memory_core.metrics import (
     paired_randomization_p,
     percentile_nearest_rank,
 )
-from memory_core.model import Source, Unit, unit_hash_of, unit_id_for
-from memory_core.pipeline import Candidate
-from memory_core.profile import RankingProfile
-from memory_core.rerankers import NORMALISATIONS, ConvexFusionReranker
+from memory_core.retrieval.pipeline import Candidate
+from memory_core.retrieval.profile import RankingProfile
+from memory_core.retrieval.rerankers import NORMALISATIONS, ConvexFusionReranker
+from memory_core.services.engine import Activation, Engine
 
 NAME = "cranfield_quality"
 PROJECT = "cranfield"
@@ -185,7 +185,7 @@ def variant_rankings(activations: Mapping[str, Activation]) -> dict[str, dict[st
 
 def plain_bm25(cranfield: Cranfield, directory: Path, depth: int = 100) -> dict[str, list[str]]:
     """Lucene BM25 (k1 0.9, b 0.4) over whole documents: the data set's reference run."""
-    from memory_core.adapters.lucene_index import LuceneIndexFactory
+    from memory_core.adapters.search.lucene_index import LuceneIndexFactory
 
     factory = LuceneIndexFactory()
     factory.build(directory, cranfield.whole_document_units())
@@ -223,13 +223,13 @@ def means(per_query: Mapping[str, Mapping[str, float]], qids: Iterable[str] | No
 
 
 def core_ndcg10(cranfield: Cranfield, candidates: Sequence[Candidate], query_id: str) -> float | None:
-    """memory_core.metrics' nDCG@10 at resource level, for the cross-check with trec_eval."""
+    """memory_core.evaluation.metrics' nDCG@10 at resource level, for the cross-check with trec_eval."""
     ranking = [RankedItem(c.unit.unit_id, c.unit.resource_id) for c in candidates]
     return ndcg_at(grade(ranking, cranfield.judgments(query_id), MetricLevel.RESOURCE), 10)
 
 
 def cross_check(cranfield: Cranfield, activations: Mapping[str, Activation], trec: TrecEval) -> float:
-    """The largest per-query |trec_eval - memory_core.metrics| nDCG@10 over every variant."""
+    """The largest per-query |trec_eval - memory_core.evaluation.metrics| nDCG@10 over every variant."""
     worst = 0.0
     for attr in VARIANTS.values():
         ranked = {q: ordered(a.candidates, attr) for q, a in activations.items()}
@@ -483,7 +483,7 @@ def render(result: dict[str, Any]) -> str:
         f"It fired on {len(exact)} of 225 queries, each time on a multi-word title the query quotes "
         f"({fired}); bare-number probes "
         f'such as "mach 5" matched nothing ({sum(c["bare_number_probes_exact_matches"].values())} matches). '
-        f"trec_eval vs memory_core.metrics nDCG@10: largest per-query difference "
+        f"trec_eval vs memory_core.evaluation.metrics nDCG@10: largest per-query difference "
         f"{c['max_abs_ndcg10_trec_vs_core']:.1e}.",
         "",
         "Warm latency per stage with the default profile (ms, nearest-rank, 225 queries):",

@@ -51,7 +51,7 @@ def _collection(root: Path) -> tuple[dict[str, str], dict[str, str], dict[str, d
 
 def _quality(embedders: dict[str, Any], root: Path, quick: bool) -> dict[str, Any]:
     from benchmarks.cranfield_quality import TrecEval
-    from memory_core.metrics import paired_bootstrap
+    from memory_core.evaluation.metrics import paired_bootstrap
 
     docs, queries, qrels = _collection(root)
     if quick:  # 30 queries over a pool: their judged documents and 100 others (seeded), capped at 400
@@ -126,7 +126,7 @@ def _speed(embedders: dict[str, Any]) -> dict[str, Any]:
 def run(quick: bool) -> dict[str, Any]:
     import os
 
-    from memory_core.adapters.minilm import MiniLMEmbedder
+    from memory_core.adapters.models.minilm import MiniLMEmbedder
 
     # One thread for batches too: on a shared 2-core machine two OpenMP threads stall at barriers.
     embedders = {p: MiniLMEmbedder(inference=p, query_cache_size=0, torch_threads=1) for p in PATHS}

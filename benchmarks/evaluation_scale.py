@@ -42,7 +42,7 @@ def judgments_for(activation: Any, rng: random.Random) -> list[dict[str, Any]]:
 
 
 def report_means(report: Any) -> dict[str, float | None]:
-    from memory_core.evaluation_report import LEVELS, NDCG, VARIANT_NAMES
+    from memory_core.evaluation.report import LEVELS, NDCG, VARIANT_NAMES
 
     return {f"{level.value}/{v}": report.mean(level, v, NDCG) for level in LEVELS for v in VARIANT_NAMES}
 

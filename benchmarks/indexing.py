@@ -72,9 +72,9 @@ def _stages(marks: _Marks, start: float, end: float) -> dict[str, float]:
 def _child(job: dict[str, Any]) -> dict[str, Any]:
     os.umask(0o077)
     started = time.perf_counter()
-    from memory_core.adapters.jvm import ensure_jvm
+    from memory_core.adapters.search.jvm import ensure_jvm
+    from memory_core.domain.model import Source
     from memory_core.entrypoints.bootstrap import bootstrap
-    from memory_core.model import Source
 
     engine = bootstrap(job["home"])
     if job.get("add_source"):
@@ -117,8 +117,8 @@ BATCHING_SUBSETS = 4
 
 def _cranfield_units() -> list[Any]:
     from benchmarks.cranfield_quality import Cranfield
-    from memory_core.adapters.minilm import MiniLMTokenCounter
-    from memory_core.chunking import MarkdownChunker
+    from memory_core.adapters.models.minilm import MiniLMTokenCounter
+    from memory_core.retrieval.chunking import MarkdownChunker
 
     cranfield = Cranfield.load()
     chunker = MarkdownChunker(MiniLMTokenCounter())
@@ -130,7 +130,7 @@ def _cranfield_units() -> list[Any]:
 
 def _embed_in_order(embedder: Any, units: list[Any]) -> None:
     """Before: 64 units per call in unit order (each call sorts its own 64 by length)."""
-    from memory_core.indexing import EMBED_BATCH
+    from memory_core.services.indexing import EMBED_BATCH
 
     for start in range(0, len(units), EMBED_BATCH):
         embedder.embed_documents([u.search_text for u in units[start : start + EMBED_BATCH]])
@@ -142,7 +142,7 @@ def _embed_longest_first(embedder: Any, units: list[Any]) -> None:
 
 
 def _batching(quick: bool) -> dict[str, Any]:
-    from memory_core.adapters.minilm import MiniLMEmbedder
+    from memory_core.adapters.models.minilm import MiniLMEmbedder
 
     units = _cranfield_units()
     if quick:  # each subset still spans several 64-unit calls, or both strategies make the same call

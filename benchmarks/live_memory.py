@@ -75,11 +75,11 @@ def _measure(engine: Any, variants: dict[str, Any], queries: list[str]) -> dict[
 
 def run(quick: bool) -> dict[str, Any]:
     from benchmarks.recording_overhead import shared_embedding_cache
-    from memory_core.adapters.live_memory import FileSystemLiveMemory
+    from memory_core.adapters.files.live_memory import FileSystemLiveMemory
+    from memory_core.domain.model import Source
     from memory_core.entrypoints.bootstrap import bootstrap
-    from memory_core.live_memory import ScanningLiveMemory
-    from memory_core.model import Source
-    from memory_core.recording import NullRecorder
+    from memory_core.runs.records import NullRecorder
+    from memory_core.services.live_memory import ScanningLiveMemory
 
     os.umask(0o077)
     units = 1_000 if quick else TARGET_UNITS

@@ -104,8 +104,8 @@ def documents(unit_ids: Sequence[str]) -> list[str]:
 
 def load_generation(engine: Any) -> tuple[list[Any], list[str], np.ndarray]:
     """The current generation's units, and its vectors in row order (the files usearch_index writes)."""
-    from memory_core.adapters.usearch_index import IDS_FILE, VECTORS_FILE
-    from memory_core.indexing import VECTOR_DIR
+    from memory_core.adapters.search.usearch_index import IDS_FILE, VECTORS_FILE
+    from memory_core.services.indexing import VECTOR_DIR
 
     generation = engine.catalog.current_generation(PROJECT)
     directory = Path(generation.directory)
@@ -125,8 +125,8 @@ def run(quick: bool) -> dict[str, Any]:
 
     from benchmarks.cranfield_quality import Cranfield, TrecEval, document_ranking, means, ordered
     from benchmarks.recording_overhead import index_folder, loadavg
-    from memory_core.metrics import paired_bootstrap, paired_randomization_p
-    from memory_core.recording import NullRecorder
+    from memory_core.evaluation.metrics import paired_bootstrap, paired_randomization_p
+    from memory_core.runs.records import NullRecorder
 
     os.umask(0o077)
     cranfield = Cranfield.load()

@@ -37,7 +37,7 @@ CACHE_DIR = ROOT / "build" / "bench-cache"
 # -- shared by the other benchmarks of this suite ---------------------------------------------
 def shared_embedding_cache() -> Any:
     """The suite's persistent embedding cache (content-addressed: only indexing time changes)."""
-    from memory_core.adapters.embedding_cache import SqliteEmbeddingCache
+    from memory_core.adapters.sqlite.embedding_cache import SqliteEmbeddingCache
 
     CACHE_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
     return SqliteEmbeddingCache(CACHE_DIR / "embeddings.db")
@@ -46,8 +46,8 @@ def shared_embedding_cache() -> Any:
 def index_folder(home: Path, project: str, folder: Path, **overrides: Any) -> Any:
     """``project add`` + ``index`` with the real adapters and the shared embedding cache; the
     engine is returned open (the caller closes it)."""
+    from memory_core.domain.model import Source
     from memory_core.entrypoints.bootstrap import bootstrap
-    from memory_core.model import Source
 
     engine = bootstrap(home, embedding_cache=shared_embedding_cache(), **overrides)
     engine.add_project(project, [Source(str(folder))])
@@ -101,7 +101,7 @@ class TimedRecorder:
 def fill_history(engine: Any, count: int) -> None:
     """``count`` synthetic Runs (200 candidates each) on the project's current manifest."""
     from benchmarks.bench_recording import synthetic_candidates
-    from memory_core.recording import RunStart, RunTrace
+    from memory_core.runs.records import RunStart, RunTrace
 
     generation = engine.catalog.current_generation(PROJECT)
     candidates = synthetic_candidates()
@@ -148,7 +148,7 @@ def measure(engine: Any, queries: list[str], sync_store: Any) -> dict[str, Any]:
     activations, untimed), as an agent's activations come between its model's turns; then
     back-to-back blocks of activations, timed through the last write, give the recorder's whole
     cost when activations queue up."""
-    from memory_core.recording import NullRecorder
+    from memory_core.runs.records import NullRecorder
 
     store = engine.history
     recorders = {

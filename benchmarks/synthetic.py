@@ -127,8 +127,8 @@ def write_synthetic_memory(
 
 def count_units(folder: Path) -> int:
     """Units the real chunker makes of a folder's markdown files (to check the generator)."""
-    from memory_core.adapters.minilm import MiniLMTokenCounter
-    from memory_core.chunking import MarkdownChunker
+    from memory_core.adapters.models.minilm import MiniLMTokenCounter
+    from memory_core.retrieval.chunking import MarkdownChunker
 
     chunker = MarkdownChunker(MiniLMTokenCounter())
     total = 0

@@ -155,7 +155,7 @@ def _burst(home: Path, client: Any, folder: Path, count: int) -> dict[str, Any]:
 
 def _live_read(home: Path, folder: Path, units: int, repeats: int) -> dict[str, Any]:
     """WatchedMemory at ``units`` units, in process: a cached read, and the first read after a change."""
-    from memory_core.adapters.watcher import WatchedMemory, Watcher
+    from memory_core.adapters.files.watcher import WatchedMemory, Watcher
     from memory_core.entrypoints.bootstrap import bootstrap
     from memory_core.entrypoints.daemon.server import _background_indexer
 
@@ -251,7 +251,7 @@ def render(result: dict[str, Any]) -> str:
         "",
         f"Measured {m['date']} on {m['cpus']} CPUs ({m['platform']}, Python {m['python']}){scale}: a real daemon "
         f"serving a {result['units']:,}-unit synthetic project, its sources followed by the watcher "
-        "(`adapters/watcher.py`: watchfiles, a batch after 100 ms without a change, at most 1.6 s of grouping, "
+        "(`adapters/files/watcher.py`: watchfiles, a batch after 100 ms without a change, at most 1.6 s of grouping, "
         "then 200 ms of settling). `benchmarks/watcher.py` says how each figure is taken.",
         "",
         "| figure | value |",

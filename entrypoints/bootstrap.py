@@ -10,9 +10,7 @@ import datetime as dt
 import os
 from typing import Any
 
-from memory_core.engine import Engine
-from memory_core.evaluation import EvaluationService
-from memory_core.indexing import Indexer
+from memory_core.evaluation.cases import EvaluationService
 from memory_core.ports import (
     BlobStore,
     Catalog,
@@ -27,9 +25,11 @@ from memory_core.ports import (
     SourceScanner,
     VectorIndexFactory,
 )
-from memory_core.profile import RankingProfile
-from memory_core.recording import RunRecorder, RunStore
-from memory_core.rerankers import ConvexFusionReranker
+from memory_core.retrieval.profile import RankingProfile
+from memory_core.retrieval.rerankers import ConvexFusionReranker
+from memory_core.runs.records import RunRecorder, RunStore
+from memory_core.services.engine import Engine
+from memory_core.services.indexing import Indexer
 
 
 def utc_now() -> str:
@@ -76,7 +76,7 @@ def bootstrap(
     answer (the default: about 10% less activation latency at 10,000 units; a crash in that
     millisecond leaves the Run to recovery, ``failed`` with ``retrieval_interrupted``).
     """
-    from memory_core.adapters.home import HomeLayout
+    from memory_core.adapters.system.home import HomeLayout
 
     layout = HomeLayout.prepared(home)
     if catalog is None:
@@ -87,20 +87,20 @@ def bootstrap(
     if manifests is None:
         manifests = catalog  # type: ignore[assignment]
     if scanner is None:
-        from memory_core.adapters.filesystem_sources import FileSystemScanner
+        from memory_core.adapters.files.filesystem_sources import FileSystemScanner
 
         scanner = FileSystemScanner(hash_cache=catalog)
         if live_memory is None:
-            from memory_core.adapters.live_memory import FileSystemLiveMemory
+            from memory_core.adapters.files.live_memory import FileSystemLiveMemory
 
             # Real directories: a stat walk proves most reads unchanged without a scan.
             live_memory = FileSystemLiveMemory(scanner)
     if blobs is None:
-        from memory_core.adapters.blob_store import FileBlobStore
+        from memory_core.adapters.files.blob_store import FileBlobStore
 
         blobs = FileBlobStore(layout.blobs_dir)
     if generations is None:
-        from memory_core.adapters.generation_store import FileGenerationStore
+        from memory_core.adapters.files.generation_store import FileGenerationStore
         from memory_core.adapters.sqlite.catalog import SqliteCatalog, StorageLocations
 
         # Where each project's Local Storage is, as the catalog records it (project storage
@@ -108,28 +108,28 @@ def bootstrap(
         locate = StorageLocations.beside(catalog) if isinstance(catalog, SqliteCatalog) else catalog.storage_location
         generations = FileGenerationStore(layout.projects_dir, locate=locate)
     if embedder is None:
-        from memory_core.adapters.minilm import MiniLMEmbedder
+        from memory_core.adapters.models.minilm import MiniLMEmbedder
 
         embedder = MiniLMEmbedder()
     if chunker is None:
-        from memory_core.adapters.minilm import MiniLMTokenCounter
-        from memory_core.chunking import MarkdownChunker
+        from memory_core.adapters.models.minilm import MiniLMTokenCounter
+        from memory_core.retrieval.chunking import MarkdownChunker
 
         chunker = MarkdownChunker(MiniLMTokenCounter())
     if embedding_cache is None:
-        from memory_core.adapters.embedding_cache import SqliteEmbeddingCache
+        from memory_core.adapters.sqlite.embedding_cache import SqliteEmbeddingCache
 
         embedding_cache = SqliteEmbeddingCache(layout.projects_dir / "embedding-cache.db")
     if lexical is None:
-        from memory_core.adapters.lucene_index import LuceneIndexFactory
+        from memory_core.adapters.search.lucene_index import LuceneIndexFactory
 
         lexical = LuceneIndexFactory()
     if vectors is None:
-        from memory_core.adapters.usearch_index import UsearchIndexFactory
+        from memory_core.adapters.search.usearch_index import UsearchIndexFactory
 
         vectors = UsearchIndexFactory()
     if history is None:
-        from memory_core.adapters.blob_store import FileBlobStore
+        from memory_core.adapters.files.blob_store import FileBlobStore
         from memory_core.adapters.sqlite.database import open_database
         from memory_core.adapters.sqlite.runs import SqliteRunStore
 
@@ -138,7 +138,7 @@ def bootstrap(
             open_database(layout.db_path), FileBlobStore(layout.blobs_dir), write_behind=not sync_history
         )
     if evaluation is None:
-        from memory_core.adapters.blob_store import FileBlobStore
+        from memory_core.adapters.files.blob_store import FileBlobStore
         from memory_core.adapters.sqlite.database import open_database
         from memory_core.adapters.sqlite.evaluation import SqliteEvaluationStore
 
@@ -193,7 +193,7 @@ def assemble(
     that a walk plus a stat per file); the daemon passes its watcher-backed one.
     """
     if live_memory is None:
-        from memory_core.live_memory import ScanningLiveMemory
+        from memory_core.services.live_memory import ScanningLiveMemory
 
         live_memory = ScanningLiveMemory(scanner)
     indexer = Indexer(
@@ -246,7 +246,7 @@ def bootstrap_in_memory(**overrides: Any) -> Engine:
         InMemoryVectorIndexFactory,
         WhitespaceTokenCounter,
     )
-    from memory_core.chunking import MarkdownChunker
+    from memory_core.retrieval.chunking import MarkdownChunker
 
     catalog = overrides.pop("catalog", None) or InMemoryCatalog()
     embedder = overrides.pop("embedder", None) or HashingEmbedder()

@@ -27,8 +27,8 @@ import re
 from itertools import accumulate
 from typing import Any
 
-from memory_core.canonical import is_utf8_text, printable
-from memory_core.errors import InvalidRequest
+from memory_core.domain.canonical import is_utf8_text, printable
+from memory_core.domain.errors import InvalidRequest
 
 MAX_DEPTH = 64  # arrays and objects; a request needs 5, a fixture about 8
 MAX_NUMBER_CHARS = 100  # a 64-bit integer has 20 characters, a double's repr at most 24

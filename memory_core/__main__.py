@@ -6,4 +6,4 @@ the core's import graph never reaches entrypoints.
 
 import runpy
 
-runpy.run_module("memory_core.entrypoints.cli", run_name="__main__", alter_sys=True)
+runpy.run_module("memory_core.entrypoints.cli.main", run_name="__main__", alter_sys=True)

@@ -31,8 +31,8 @@ def write_cranfield_markdown(target: Path) -> Path:
 @pytest.fixture(scope="session")
 def cranfield_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
     """(home, source folder) with project ``cranfield`` indexed by the real adapters."""
+    from memory_core.domain.model import Source
     from memory_core.entrypoints.bootstrap import bootstrap
-    from memory_core.model import Source
 
     base = tmp_path_factory.mktemp("cranfield")
     source = write_cranfield_markdown(base / "memory")

@@ -45,13 +45,13 @@ def test_core_imports_only_stdlib_attrs_and_core(path: Path) -> None:
 
 def test_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text("import os\nfrom memory_core.adapters.home import x\nimport torch\n")
-    assert {"memory_core.adapters.home", "torch"} <= imported_modules(bad)
+    bad.write_text("import os\nfrom memory_core.adapters.system.home import x\nimport torch\n")
+    assert {"memory_core.adapters.system.home", "torch"} <= imported_modules(bad)
 
 
 def test_importing_the_engine_loads_no_heavy_library() -> None:
     code = (
-        "import sys, memory_core.engine, memory_core.indexing, memory_core.entrypoints.cli;"
+        "import sys, memory_core.services.engine, memory_core.services.indexing, memory_core.entrypoints.cli.main;"
         "heavy = {'torch', 'transformers', 'jnius', 'pyserini', 'usearch', 'apsw'} & set(sys.modules);"
         "print(sorted(heavy))"
     )

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 
 import attrs
 
-from memory_core.errors import InvalidRequest
-from memory_core.evaluation import (
+from memory_core.domain.errors import InvalidRequest
+from memory_core.domain.evaluation_errors import EvaluationCaseExists, EvaluationCaseNotFound, EvaluationCorpusNotFound
+from memory_core.evaluation.cases import (
     Case,
     CaseRecord,
     Corpus,
@@ -17,7 +18,6 @@ from memory_core.evaluation import (
     SourceTrace,
     judgment_conflict,
 )
-from memory_core.evaluation_errors import EvaluationCaseExists, EvaluationCaseNotFound, EvaluationCorpusNotFound
 
 
 class InMemoryEvaluationStore:

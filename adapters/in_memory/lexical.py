@@ -20,8 +20,8 @@ from pathlib import Path
 
 import attrs
 
-from memory_core.errors import GenerationCorrupted
-from memory_core.model import Unit
+from memory_core.domain.errors import GenerationCorrupted
+from memory_core.domain.model import Unit
 from memory_core.ports import Hit
 
 _TOKEN = re.compile(r"\w+")

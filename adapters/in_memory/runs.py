@@ -29,10 +29,10 @@ from memory_core.adapters.sqlite.runs import (
 from memory_core.adapters.sqlite.runs import (
     _OwnerOfThisProcess as OwnerOfThisProcess,
 )
-from memory_core.errors import InvalidRequest, RunNotFound, StorageUnavailable
-from memory_core.model import EffectiveMemory, ManifestEntry
+from memory_core.domain.errors import InvalidRequest, RunNotFound, StorageUnavailable
+from memory_core.domain.model import EffectiveMemory, ManifestEntry
 from memory_core.ports import BlobStore
-from memory_core.recording import (
+from memory_core.runs.records import (
     FAILED,
     MAX_ERROR_SUMMARY,
     MAX_RUNS_PER_PROJECT,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import attrs
 
-from memory_core.adapters.blob_store import check_digest
-from memory_core.adapters.filesystem_sources import (
+from memory_core.adapters.files.blob_store import check_digest
+from memory_core.adapters.files.filesystem_sources import (
     DEFAULT_MAX_BYTES,
     FileStamp,
     is_hidden,
@@ -19,10 +19,10 @@ from memory_core.adapters.filesystem_sources import (
     text_problem,
     too_large,
 )
-from memory_core.adapters.generation_store import STAGING_PREFIX, check_revision
+from memory_core.adapters.files.generation_store import STAGING_PREFIX, check_revision
 from memory_core.adapters.sqlite.catalog import manifest_json
-from memory_core.canonical import is_utf8_text, printable, sha256_hex
-from memory_core.errors import (
+from memory_core.domain.canonical import is_utf8_text, printable, sha256_hex
+from memory_core.domain.errors import (
     BlobCorrupted,
     BlobNotFound,
     GenerationCorrupted,
@@ -32,7 +32,7 @@ from memory_core.errors import (
     ProjectNotFound,
     SourceUnavailable,
 )
-from memory_core.model import (
+from memory_core.domain.model import (
     EffectiveMemory,
     Generation,
     ManifestEntry,

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from memory_core.errors import GenerationCorrupted, InvalidRequest
+from memory_core.domain.errors import GenerationCorrupted, InvalidRequest
 from memory_core.ports import Hit, Vector
 
 _WORD = re.compile(r"\w+")

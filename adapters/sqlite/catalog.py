@@ -9,9 +9,11 @@ from typing import Any, Protocol
 
 import apsw
 
-from memory_core.canonical import canonical_json, sha256_hex
-from memory_core.errors import InvalidRequest, ProjectExists, ProjectNotFound
-from memory_core.model import (
+from memory_core.adapters.sqlite.database import storage_errors, utc_now_iso, write_transaction
+from memory_core.adapters.system.crash_points import crash_point
+from memory_core.domain.canonical import canonical_json, sha256_hex
+from memory_core.domain.errors import InvalidRequest, ProjectExists, ProjectNotFound
+from memory_core.domain.model import (
     EffectiveMemory,
     Generation,
     IndexRevisions,
@@ -21,9 +23,6 @@ from memory_core.model import (
     Source,
     validate_project_id,
 )
-
-from ..crash_points import crash_point
-from .database import storage_errors, utc_now_iso, write_transaction
 
 # (path, (size, mtime_ns, ctime_ns, inode), sha256): filesystem_sources.FileStamp is the stamp.
 FileHashRow = tuple[str, tuple[int, int, int, int], str]
@@ -284,7 +283,7 @@ class StorageLocations:
 
     @classmethod
     def beside(cls, catalog: SqliteCatalog) -> StorageLocations:
-        from .database import open_database
+        from memory_core.adapters.sqlite.database import open_database
 
         return cls(open_database(catalog.connection.filename))
 

@@ -11,9 +11,8 @@ from pathlib import Path
 import apsw
 import attrs
 
-from memory_core.errors import StorageUnavailable
-
-from .migrations import MIGRATIONS, migration_number
+from memory_core.adapters.sqlite.migrations import MIGRATIONS, migration_number
+from memory_core.domain.errors import StorageUnavailable
 
 SCHEMA_VERSION = len(MIGRATIONS)
 BUSY_TIMEOUT_MS = 5000

@@ -15,9 +15,13 @@ from typing import Any
 
 import apsw
 
-from memory_core.canonical import canonical_json
-from memory_core.errors import InvalidRequest
-from memory_core.evaluation import (
+from memory_core.adapters.sqlite.database import storage_errors, utc_now_iso, write_transaction
+from memory_core.adapters.system.crash_points import crash_point
+from memory_core.domain.canonical import canonical_json
+from memory_core.domain.errors import InvalidRequest
+from memory_core.domain.evaluation_errors import EvaluationCaseExists, EvaluationCaseNotFound, EvaluationCorpusNotFound
+from memory_core.domain.model import Layer, ManifestEntry
+from memory_core.evaluation.cases import (
     Case,
     CaseRecord,
     Corpus,
@@ -26,11 +30,6 @@ from memory_core.evaluation import (
     SourceTrace,
     judgment_conflict,
 )
-from memory_core.evaluation_errors import EvaluationCaseExists, EvaluationCaseNotFound, EvaluationCorpusNotFound
-from memory_core.model import Layer, ManifestEntry
-
-from ..crash_points import crash_point
-from .database import storage_errors, utc_now_iso, write_transaction
 
 _CASE_COLUMNS = (
     "case_id, project_id, query, corpus_id, source_run_id, provenance, original_provenance, "
@@ -58,7 +57,7 @@ def _case_from_row(row: Sequence[Any]) -> Case:
 
 
 class SqliteEvaluationStore:
-    """Implements ``memory_core.evaluation.EvaluationStore`` over a connection from ``open_database``."""
+    """Implements ``memory_core.evaluation.cases.EvaluationStore`` over a connection from ``open_database``."""
 
     def __init__(self, conn: apsw.Connection, now: Callable[[], str] = utc_now_iso) -> None:
         self._conn = conn

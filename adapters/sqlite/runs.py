@@ -32,12 +32,14 @@ from typing import Any, Protocol
 import apsw
 import attrs
 
-from memory_core.canonical import canonical_json, sha256_hex
-from memory_core.errors import InvalidRequest, RunNotFound
-from memory_core.model import EffectiveMemory, Layer, ManifestEntry, Unit
-from memory_core.pipeline import Candidate
+from memory_core.adapters.sqlite.database import SiblingSettings, storage_errors, utc_now_iso, write_transaction
+from memory_core.adapters.system.crash_points import CRASH_EXIT, CRASH_POINT_ENV, crash_point
+from memory_core.domain.canonical import canonical_json, sha256_hex
+from memory_core.domain.errors import InvalidRequest, RunNotFound
+from memory_core.domain.model import EffectiveMemory, Layer, ManifestEntry, Unit
 from memory_core.ports import BlobStore
-from memory_core.recording import (
+from memory_core.retrieval.pipeline import Candidate
+from memory_core.runs.records import (
     FAILED,
     MAX_ERROR_SUMMARY,
     MAX_PAGE,
@@ -54,9 +56,6 @@ from memory_core.recording import (
     RunSummary,
     RunTrace,
 )
-
-from ..crash_points import CRASH_EXIT, CRASH_POINT_ENV, crash_point
-from .database import SiblingSettings, storage_errors, utc_now_iso, write_transaction
 
 log = logging.getLogger(__name__)
 
@@ -522,7 +521,7 @@ class RunWriter:
 
 
 class SqliteRunStore:
-    """Implements ``memory_core.recording.RunStore`` over a connection from ``open_database``.
+    """Implements ``memory_core.runs.records.RunStore`` over a connection from ``open_database``.
 
     ``blobs``: the CAS store whose unreferenced files ``clear`` collects (none: rows only).
     ``owner``: the owner recorded on new Runs (default: this process). ``write_behind``: commit

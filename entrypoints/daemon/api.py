@@ -18,12 +18,12 @@ import cattrs
 from cattrs.cols import homogenous_tuple_structure_factory, list_structure_factory, mapping_structure_factory
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
-from memory_core.activation_state import ActivationState
-from memory_core.adapters.watcher import HealthError, ProjectHealth, ReindexRecord
-from memory_core.engine import ActivationResponse, Fragment, ProjectInfo
+from memory_core.adapters.files.watcher import HealthError, ProjectHealth, ReindexRecord
+from memory_core.domain.errors import InvalidRequest, MemoryCoreError
+from memory_core.domain.evaluation_errors import InvalidJudgments
+from memory_core.domain.model import PROJECT_ID_RE, Generation, IndexRevisions, Layer, ManifestEntry, Project, Source
 from memory_core.entrypoints.wire_input import InvalidJson
-from memory_core.errors import InvalidRequest, MemoryCoreError
-from memory_core.evaluation import (
+from memory_core.evaluation.cases import (
     CASE_ID_RE,
     MAX_JUDGMENTS,
     MAX_NOTE_CHARS,
@@ -35,20 +35,18 @@ from memory_core.evaluation import (
     SourceTrace,
     parse_judgments,
 )
-from memory_core.evaluation_errors import InvalidJudgments
-from memory_core.evaluation_report import (
+from memory_core.evaluation.fixture import FORMAT, FORMAT_VERSION, dump
+from memory_core.evaluation.metrics import MAX_RELEVANCE
+from memory_core.evaluation.report import (
     REPORT_VERSION,
     LatencyReport,
     LevelReport,
     MissedEvidence,
     Report,
 )
-from memory_core.fixture import FORMAT, FORMAT_VERSION, dump
-from memory_core.indexing import IndexReport
-from memory_core.metrics import MAX_RELEVANCE
-from memory_core.model import PROJECT_ID_RE, Generation, IndexRevisions, Layer, ManifestEntry, Project, Source
-from memory_core.profile import MAX_BUDGET, MAX_QUERY_CHARS, MIN_BUDGET
-from memory_core.recording import (
+from memory_core.retrieval.activation_state import ActivationState
+from memory_core.retrieval.profile import MAX_BUDGET, MAX_QUERY_CHARS, MIN_BUDGET
+from memory_core.runs.records import (
     FAILED,
     MAX_PAGE,
     RUNNING,
@@ -59,6 +57,8 @@ from memory_core.recording import (
     RunPage,
     RunSummary,
 )
+from memory_core.services.engine import ActivationResponse, Fragment, ProjectInfo
+from memory_core.services.indexing import IndexReport
 
 API_VERSION = "1.2.0"  # 1.1: Evaluation Set methods; 1.2: Project Local Storage, remove_project purge
 MAX_WAIT_FOR_INDEX_MS = 60_000  # activate_memory's wait for a pending re-index, at most
@@ -134,7 +134,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "daemon_unavailable": 503,
     "jvm_unavailable": 503,
     "model_unavailable": 503,
-    # Evaluation Sets (memory_core.evaluation_errors), ahead of their methods in the table.
+    # Evaluation Sets (memory_core.domain.evaluation_errors), ahead of their methods in the table.
     "invalid_judgments": 400,
     "invalid_evaluation_fixture": 400,
     "evaluation_fixture_hash_mismatch": 400,

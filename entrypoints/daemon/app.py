@@ -20,10 +20,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from memory_core.domain.errors import InvalidRequest, MemoryCoreError
+from memory_core.entrypoints.daemon import api, dispatch
 from memory_core.entrypoints.wire_input import decode_json, encodable
-from memory_core.errors import InvalidRequest, MemoryCoreError
-
-from . import api, dispatch
 
 log = logging.getLogger("memory_core.daemon")
 JSON = "application/json"
@@ -114,7 +113,7 @@ def create_app(context: dispatch.Context, *, max_body_bytes: int = api.MAX_BODY_
 
     async def openapi(_: Request) -> Response:
         if "doc" not in contract:
-            from .openapi import build_document, render
+            from memory_core.entrypoints.daemon.openapi import build_document, render
 
             contract["doc"] = render(build_document()).encode()
         return Response(contract["doc"], media_type=JSON)

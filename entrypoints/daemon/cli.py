@@ -1,7 +1,7 @@
 """``memcore serve``, ``memcore ui``, ``memcore mcp`` and ``memcore contracts generate``, for the main
 CLI to mount.
 
-In ``memory_core.entrypoints.cli``::
+In ``memory_core.entrypoints.cli.main``::
 
     from memory_core.entrypoints.daemon import cli as daemon_cli   # imports only argparse
     daemon_cli.add_cli_commands(sub)                                # build_parser(), after `sub = ...`
@@ -125,7 +125,7 @@ def add_cli_commands(subparsers: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     """Run a command added by :func:`add_cli_commands`; returns the exit status."""
     if args.command == "serve":
-        from .server import configure_logging, serve
+        from memory_core.entrypoints.daemon.server import configure_logging, serve
 
         configure_logging(args.log_level)
         return serve(args.home, args.socket, **serve_options(args))
@@ -135,7 +135,7 @@ def handle(args: argparse.Namespace) -> int:
         return ui_main(args.home, open_browser=not args.no_open, start_timeout_s=args.start_timeout,
                        print_json=args.json, idle_exit_s=args.idle_exit)
     if args.command == "mcp":
-        from memory_core.entrypoints.mcp_server import main
+        from memory_core.entrypoints.mcp.server import main
 
         return main(args.home, start_timeout_s=args.start_timeout, log_level=args.log_level,
                     idle_exit_s=args.idle_exit)
@@ -158,9 +158,8 @@ def _status(home: str | None, *, as_json: bool) -> int:
     """``memcore status``: the home's daemon, or that none runs (exit 0 either way)."""
     import json
 
-    from memory_core.adapters.home import resolve_home
-
-    from .client import DaemonClient
+    from memory_core.adapters.system.home import resolve_home
+    from memory_core.entrypoints.daemon.client import DaemonClient
 
     root = resolve_home(home)
     client = DaemonClient.running(root, timeout=10)
@@ -168,7 +167,7 @@ def _status(home: str | None, *, as_json: bool) -> int:
         if as_json:
             print(json.dumps({"running": False, "home": str(root)}, indent=2))
         else:
-            from memory_core.entrypoints.cli import hint
+            from memory_core.entrypoints.cli.main import hint
 
             print(hint(f"daemon: not running for {str(root)!r} (commands run in process; `memcore serve` starts "
                        "one, as `memcore mcp` and `memcore ui` do on demand)", home))
@@ -191,7 +190,7 @@ def _status(home: str | None, *, as_json: bool) -> int:
 def _require_checkout(default: Path) -> None:
     """The default targets are a source checkout's ``contracts/``: in an installed package they
     would land in site-packages, so refuse there (``--output`` still writes the document)."""
-    from memory_core.errors import InvalidRequest
+    from memory_core.domain.errors import InvalidRequest
 
     root = default.parent.parent
     if not ((root / "pyproject.toml").is_file() and default.parent.is_dir()):
@@ -203,9 +202,8 @@ def _require_checkout(default: Path) -> None:
 
 
 def _generate(output: Path | None, *, check: bool) -> int:
-    from memory_core.entrypoints import mcp_server
-
-    from . import openapi
+    from memory_core.entrypoints.daemon import openapi
+    from memory_core.entrypoints.mcp import server as mcp_server
 
     if output is None:
         _require_checkout(openapi.default_path())

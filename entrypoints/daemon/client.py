@@ -1,7 +1,7 @@
 """A typed Python client for the daemon over its Unix socket.
 
 Every answer is decoded into the same attrs values the engine returns; an error envelope is
-raised as the matching ``memory_core.errors`` exception (``ProjectNotFound``, ``InvalidQuery``…).
+raised as the matching ``memory_core.domain.errors`` exception (``ProjectNotFound``, ``InvalidQuery``…).
 """
 
 from __future__ import annotations
@@ -12,17 +12,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memory_core.activation_state import ActivationState
-from memory_core.engine import ActivationResponse, ProjectInfo
-from memory_core.errors import MemoryCoreError
-from memory_core.evaluation import Case, Judgment, JudgmentSet, parse_judgments
-from memory_core.fixture import ImportResult, parse_document
-from memory_core.indexing import IndexReport
-from memory_core.local_storage import ProjectRemoval, ProjectStorage
-from memory_core.model import Source
-from memory_core.recording import ClearReport, RunDetail, RunFilter, RunPage
-
-from . import api, dispatch, paths
+from memory_core.domain.errors import MemoryCoreError
+from memory_core.domain.model import Source
+from memory_core.entrypoints.daemon import api, dispatch, paths
+from memory_core.evaluation.cases import Case, Judgment, JudgmentSet, parse_judgments
+from memory_core.evaluation.fixture import ImportResult, parse_document
+from memory_core.retrieval.activation_state import ActivationState
+from memory_core.runs.records import ClearReport, RunDetail, RunFilter, RunPage
+from memory_core.services.engine import ActivationResponse, ProjectInfo
+from memory_core.services.indexing import IndexReport
+from memory_core.services.local_storage import ProjectRemoval, ProjectStorage
 
 CONNECT_TIMEOUT_S = 5.0
 PROBE_TIMEOUT_S = 5.0
@@ -50,7 +49,7 @@ class DaemonClient:
     @classmethod
     def for_home(cls, home: str | os.PathLike[str] | None = None, *, timeout: float | None = None) -> DaemonClient:
         """A client for the daemon serving ``home`` (resolved as the CLI does)."""
-        from memory_core.adapters.home import resolve_home
+        from memory_core.adapters.system.home import resolve_home
 
         return cls(paths.socket_path_for(resolve_home(home)), timeout=timeout)
 
@@ -59,7 +58,7 @@ class DaemonClient:
         cls, home: str | os.PathLike[str] | None = None, *, timeout: float | None = None
     ) -> DaemonClient | None:
         """A client when a daemon answers for ``home``, else ``None`` (use the engine directly)."""
-        from memory_core.adapters.home import resolve_home
+        from memory_core.adapters.system.home import resolve_home
 
         # Checked before building a client: an embedded CLI call should not pay for httpx.
         if not paths.socket_path_for(resolve_home(home)).exists():

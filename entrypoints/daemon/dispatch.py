@@ -15,9 +15,8 @@ from typing import Any
 
 import attrs
 
-from memory_core.adapters.watcher import Watcher
-from memory_core.engine import ActivationResponse, Engine, ProjectInfo
-from memory_core.errors import (
+from memory_core.adapters.files.watcher import Watcher
+from memory_core.domain.errors import (
     BlobCorrupted,
     BlobNotFound,
     EmptyProject,
@@ -36,8 +35,7 @@ from memory_core.errors import (
     RunNotFound,
     SourceUnavailable,
 )
-from memory_core.evaluation import Case, JudgmentSet
-from memory_core.evaluation_errors import (
+from memory_core.domain.evaluation_errors import (
     EvaluationCaseNotFound,
     EvaluationCorpusIncomplete,
     EvaluationCorpusNotFound,
@@ -48,12 +46,13 @@ from memory_core.evaluation_errors import (
     InvalidFixture,
     InvalidJudgments,
 )
-from memory_core.fixture import ImportResult
-from memory_core.indexing import IndexReport
-from memory_core.local_storage import ProjectRemoval, ProjectStorage
-from memory_core.recording import ClearReport, RunDetail, RunFilter, RunPage
-
-from . import api
+from memory_core.entrypoints.daemon import api
+from memory_core.evaluation.cases import Case, JudgmentSet
+from memory_core.evaluation.fixture import ImportResult
+from memory_core.runs.records import ClearReport, RunDetail, RunFilter, RunPage
+from memory_core.services.engine import ActivationResponse, Engine, ProjectInfo
+from memory_core.services.indexing import IndexReport
+from memory_core.services.local_storage import ProjectRemoval, ProjectStorage
 
 SERVICE = "memory-core"
 

@@ -21,8 +21,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import api, paths
-from .client import DaemonClient
+from memory_core.entrypoints.daemon import api, paths
+from memory_core.entrypoints.daemon.client import DaemonClient
 
 START_TIMEOUT_S = 60.0
 LOG_NAME = "daemon.log"

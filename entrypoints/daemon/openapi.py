@@ -18,9 +18,8 @@ from typing import Any
 
 import attrs
 
-from memory_core.activation_state import MAX_STATE_UNITS, MAX_UNIT_ID_CHARS, ActivationState
-
-from . import api, dispatch
+from memory_core.entrypoints.daemon import api, dispatch
+from memory_core.retrieval.activation_state import MAX_STATE_UNITS, MAX_UNIT_ID_CHARS, ActivationState
 
 REF = "#/components/schemas/"
 _PRIMITIVES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}

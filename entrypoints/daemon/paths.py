@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from memory_core.errors import StorageUnavailable
+from memory_core.domain.errors import StorageUnavailable
 
 RUN_DIR = "run"
 SOCKET_NAME = "memcore.sock"

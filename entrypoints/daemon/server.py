@@ -12,7 +12,7 @@ The Diagnostics UI (``memory_core.entrypoints.ui``) is a second listener of the 
 127.0.0.1 only (a chosen port or a free one); its address and this start's token go to
 ``<home>/run/ui.json`` (0600), which ``memcore ui`` reads.
 
-The source watcher (``memory_core.adapters.watcher``) follows every project's sources and
+The source watcher (``memory_core.adapters.files.watcher``) follows every project's sources and
 re-indexes changed ones on its own worker, with its own database connections
 (``_background_indexer``), so activations keep serving the current generation meanwhile; the
 engine's live Effective Memory is the watcher's cache (``WatchedMemory``). ``watch=False``
@@ -39,12 +39,11 @@ from typing import Any
 
 import attrs
 
-from memory_core.engine import Engine
-from memory_core.errors import InvalidRequest, MemoryCoreError, StorageUnavailable
-
-from . import api, paths
-from .cli import add_serve_arguments, serve_options
-from .dispatch import Context
+from memory_core.domain.errors import InvalidRequest, MemoryCoreError, StorageUnavailable
+from memory_core.entrypoints.daemon import api, paths
+from memory_core.entrypoints.daemon.cli import add_serve_arguments, serve_options
+from memory_core.entrypoints.daemon.dispatch import Context
+from memory_core.services.engine import Engine
 
 log = logging.getLogger("memory_core.daemon")
 BACKLOG = 128
@@ -208,11 +207,11 @@ def _background_indexer(engine: Engine, root: Path) -> tuple[Any, Callable[[], N
 
     Models, blob store, generation store and Run store are shared: each is safe across threads.
     An engine of other parts (``engine_factory``) is indexed under the engine lock instead."""
-    from memory_core.adapters.embedding_cache import SqliteEmbeddingCache
-    from memory_core.adapters.filesystem_sources import FileSystemScanner
-    from memory_core.adapters.home import HomeLayout
+    from memory_core.adapters.files.filesystem_sources import FileSystemScanner
     from memory_core.adapters.sqlite.catalog import SqliteCatalog
     from memory_core.adapters.sqlite.database import open_database
+    from memory_core.adapters.sqlite.embedding_cache import SqliteEmbeddingCache
+    from memory_core.adapters.system.home import HomeLayout
 
     indexer = engine.indexer
     if not isinstance(indexer.catalog, SqliteCatalog) or not isinstance(indexer.scanner, FileSystemScanner):
@@ -264,7 +263,7 @@ class _LockedCatalog:
 def start_watcher(context: Context, root: Path, *, watch: bool = True) -> Callable[[], None]:
     """Start the re-index worker (and, with ``watch``, the source watches) for the context's
     engine; wire its cache in as the engine's live memory. Returns the function that stops it."""
-    from memory_core.adapters.watcher import WatchedMemory, Watcher
+    from memory_core.adapters.files.watcher import WatchedMemory, Watcher
 
     engine = context.engine
     indexer, close_indexer = _background_indexer(engine, root)
@@ -392,10 +391,9 @@ def serve(
     started by a client, the default is ``DEFAULT_IDLE_EXIT_S``; 0 also means never)."""
     import uvicorn
 
-    from memory_core.adapters.home import prepare_home, resolve_home
+    from memory_core.adapters.system.home import prepare_home, resolve_home
+    from memory_core.entrypoints.daemon.app import create_app
     from memory_core.entrypoints.ui import launch as ui_launch
-
-    from .app import create_app
 
     root = prepare_home(resolve_home(home))
     lock = DaemonLock(root)

@@ -20,14 +20,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from memory_core.domain.errors import MemoryCoreError
+from memory_core.domain.model import validate_project_id
 from memory_core.entrypoints.daemon import api, dispatch
 from memory_core.entrypoints.daemon.app import error_response
 from memory_core.entrypoints.daemon.dispatch import Context
-from memory_core.errors import MemoryCoreError
-from memory_core.model import validate_project_id
-
-from .runtime import runtime_facts
-from .security import METHOD_REFUSED, ASGIApp, Guard, Receive, Scope, Secrets, Send, refuse
+from memory_core.entrypoints.ui.runtime import runtime_facts
+from memory_core.entrypoints.ui.security import METHOD_REFUSED, ASGIApp, Guard, Receive, Scope, Secrets, Send, refuse
 
 STATIC = Path(__file__).with_name("static")
 PAGES = ("/", "/runtime", "/retrieval", "/retrieval/runs/{run_id}", "/evaluation", "/evaluation/cases/{case_id}")

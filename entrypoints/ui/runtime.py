@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memory_core.entrypoints.daemon.dispatch import Context
-from memory_core.recording import SUCCEEDED, RunFilter
+from memory_core.runs.records import SUCCEEDED, RunFilter
 
 RECENT_RUNS = 30
 LOCK_WAIT_S = 1.0
@@ -101,7 +101,7 @@ def engine_facts(context: Context, recent: int = RECENT_RUNS) -> dict[str, Any]:
         _model("embedding model", engine.embedder),
         _model("reranker", engine.reranker, weights=reranker_weights),
     ]
-    jvm = sys.modules.get("memory_core.adapters.jvm")
+    jvm = sys.modules.get("memory_core.adapters.search.jvm")
     models.append({"name": "Lucene (JVM)", "kind": "jvm", "revision": None,
                    "state": "warm" if jvm is not None and jvm.jvm_started() else "cold"})
     latency = []
@@ -117,7 +117,7 @@ def engine_facts(context: Context, recent: int = RECENT_RUNS) -> dict[str, Any]:
 
 def runtime_facts(context: Context, recent: int = RECENT_RUNS) -> dict[str, Any]:
     """Everything the Runtime page adds to ``runtime_status``."""
-    from memory_core.adapters.home import HomeLayout
+    from memory_core.adapters.system.home import HomeLayout
 
     layout = HomeLayout.at(context.home)
     facts: dict[str, Any] = {

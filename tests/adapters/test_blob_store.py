@@ -11,8 +11,8 @@ import textwrap
 
 import pytest
 
-from memory_core.adapters.blob_store import TEMP_PREFIX, FileBlobStore
-from memory_core.errors import BlobCorrupted, BlobNotFound
+from memory_core.adapters.files.blob_store import TEMP_PREFIX, FileBlobStore
+from memory_core.domain.errors import BlobCorrupted, BlobNotFound
 
 
 def mode(path) -> int:
@@ -64,7 +64,7 @@ def test_stray_files_are_not_listed(store):
 CRASH_IN_RENAME = textwrap.dedent(
     """
     import os, sys
-    from memory_core.adapters.blob_store import FileBlobStore
+    from memory_core.adapters.files.blob_store import FileBlobStore
     store = FileBlobStore(sys.argv[1])
     os.replace = lambda *a, **k: os._exit(9)  # die after the temp file is written, before rename
     store.put(b"half-way there")

@@ -9,8 +9,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from memory_core.adapters.cross_encoder import CrossEncoderReranker, weights_digest
-from memory_core.errors import InvalidRequest
+from memory_core.adapters.models.cross_encoder import CrossEncoderReranker, weights_digest
+from memory_core.domain.errors import InvalidRequest
 
 pytestmark = pytest.mark.slow
 

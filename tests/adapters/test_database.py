@@ -10,8 +10,7 @@ import apsw
 import platformdirs
 import pytest
 
-from memory_core.adapters.filesystem_sources import FileStamp
-from memory_core.adapters.home import HOME_ENV, HomeLayout, prepare_home, resolve_home
+from memory_core.adapters.files.filesystem_sources import FileStamp
 from memory_core.adapters.sqlite import (
     SCHEMA_VERSION,
     SqliteCatalog,
@@ -21,8 +20,9 @@ from memory_core.adapters.sqlite import (
     write_transaction,
 )
 from memory_core.adapters.sqlite.migrations import MIGRATIONS
-from memory_core.errors import StorageUnavailable
-from memory_core.model import EffectiveMemory, Layer, ManifestEntry, Project, Source
+from memory_core.adapters.system.home import HOME_ENV, HomeLayout, prepare_home, resolve_home
+from memory_core.domain.errors import StorageUnavailable
+from memory_core.domain.model import EffectiveMemory, Layer, ManifestEntry, Project, Source
 
 NOBODY = 65534
 

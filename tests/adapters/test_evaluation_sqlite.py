@@ -14,19 +14,19 @@ import apsw
 import attrs
 import pytest
 
-from memory_core import fixture
-from memory_core.adapters.blob_store import FileBlobStore
-from memory_core.adapters.evaluation_sources import FolderSources
+from memory_core.adapters.files.blob_store import FileBlobStore
+from memory_core.adapters.files.evaluation_sources import FolderSources
 from memory_core.adapters.sqlite import SCHEMA_VERSION, SqliteCatalog, open_database, schema_version
 from memory_core.adapters.sqlite.evaluation import SqliteEvaluationStore
 from memory_core.adapters.sqlite.runs import SqliteRunStore
-from memory_core.canonical import sha256_hex
+from memory_core.domain.canonical import sha256_hex
+from memory_core.domain.errors import InvalidRequest, RunNotFound
+from memory_core.domain.evaluation_errors import EvaluationJudgmentConflict, FixtureHashMismatch
+from memory_core.domain.model import Project, Source
 from memory_core.entrypoints.bootstrap import bootstrap_in_memory, utc_now
-from memory_core.errors import InvalidRequest, RunNotFound
-from memory_core.evaluation import EvaluationService, Judgment
-from memory_core.evaluation_errors import EvaluationJudgmentConflict, FixtureHashMismatch
-from memory_core.model import Project, Source
-from memory_core.recording import RunFilter
+from memory_core.evaluation import fixture
+from memory_core.evaluation.cases import EvaluationService, Judgment
+from memory_core.runs.records import RunFilter
 from tests.adapters.test_run_store_sqlite import count, index, real_memory
 from tests.contracts.test_run_store import failure, ranked, run_start, trace_of, ts
 

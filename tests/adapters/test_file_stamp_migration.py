@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.adapters.filesystem_sources import FileStamp, FileSystemScanner
+from memory_core.adapters.files.filesystem_sources import FileStamp, FileSystemScanner
 from memory_core.adapters.sqlite import SCHEMA_VERSION, SqliteCatalog, open_database, schema_version
 from memory_core.adapters.sqlite.migrations import MIGRATIONS, m006_file_stamp, migration_number
-from memory_core.model import Source
+from memory_core.domain.model import Source
 
 OLD_NS = 1_600_000_000 * 10**9
 
@@ -21,7 +21,7 @@ def test_migration_6_keeps_old_rows_which_never_match_and_the_next_scan_replaces
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The file's ctime is now; without this the scan would not cache it for another 2 s.
-    monkeypatch.setattr("memory_core.adapters.filesystem_sources.RACY_WINDOW_NS", 0)
+    monkeypatch.setattr("memory_core.adapters.files.filesystem_sources.RACY_WINDOW_NS", 0)
     assert MIGRATIONS.index(m006_file_stamp) + 1 == migration_number(m006_file_stamp) == 6
     source = tmp_path / "src"
     source.mkdir()

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.adapters.lucene_index import LuceneIndexFactory
-from memory_core.engine import Engine
-from memory_core.indexing import LEXICAL_DIR
-from memory_core.model import Source
+from memory_core.adapters.search.lucene_index import LuceneIndexFactory
+from memory_core.domain.model import Source
+from memory_core.services.engine import Engine
+from memory_core.services.indexing import LEXICAL_DIR
 from tests.reliability.harness import engine_for
 
 pytestmark = pytest.mark.slow

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.adapters.filesystem_sources import FileStamp, FileSystemScanner
+from memory_core.adapters.files.filesystem_sources import FileStamp, FileSystemScanner
 from memory_core.adapters.sqlite import SqliteCatalog, open_database
-from memory_core.engine import Engine
+from memory_core.domain.errors import EmptyProject
+from memory_core.domain.model import ScannedResource, Source
 from memory_core.entrypoints.bootstrap import bootstrap_in_memory
-from memory_core.errors import EmptyProject
-from memory_core.model import ScannedResource, Source
+from memory_core.services.engine import Engine
 
 OLD_NS = 1_600_000_000 * 10**9
 
@@ -46,7 +46,7 @@ def world(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Engine, SqliteCatalog, HookedScanner, Path]]:
     # Files written by the test are seconds old at most; cache them anyway, as an older tree's.
-    monkeypatch.setattr("memory_core.adapters.filesystem_sources.RACY_WINDOW_NS", 0)
+    monkeypatch.setattr("memory_core.adapters.files.filesystem_sources.RACY_WINDOW_NS", 0)
     catalog = SqliteCatalog(open_database(tmp_path / "local.db"))
     scanner = HookedScanner(catalog)
     engine = bootstrap_in_memory(catalog=catalog, scanner=scanner)

@@ -23,7 +23,7 @@ CHILD = """
 import time
 from memory_core.entrypoints.daemon.server import configure_logging
 configure_logging("info")
-from memory_core.adapters import jvm
+from memory_core.adapters.search import jvm
 j = jvm.ensure_jvm()
 system = j.autoclass("java.lang.System")
 system.out.println("printed on System.out")

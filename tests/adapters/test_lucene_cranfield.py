@@ -18,7 +18,7 @@ import pytest
 import pytrec_eval
 
 from benchmarks.common import CRANFIELD
-from memory_core.model import Unit, unit_hash_of
+from memory_core.domain.model import Unit, unit_hash_of
 from memory_core.ports import LexicalSearcher
 
 pytestmark = pytest.mark.slow
@@ -71,8 +71,8 @@ def _qrels() -> dict[str, dict[str, int]]:
 
 @pytest.fixture(scope="module")
 def cranfield(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LexicalSearcher, float]]:
-    from memory_core.adapters.jvm import ensure_jvm
-    from memory_core.adapters.lucene_index import LuceneIndexFactory
+    from memory_core.adapters.search.jvm import ensure_jvm
+    from memory_core.adapters.search.lucene_index import LuceneIndexFactory
 
     ensure_jvm()  # JVM start-up is not part of the build figure
     units = _units()

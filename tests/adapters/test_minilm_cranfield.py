@@ -15,9 +15,9 @@ import time
 import pytest
 
 from benchmarks.common import CRANFIELD
-from memory_core.adapters.minilm import MiniLMEmbedder
-from memory_core.adapters.usearch_index import UsearchIndexFactory
-from memory_core.model import Unit, unit_hash_of, unit_id_for
+from memory_core.adapters.models.minilm import MiniLMEmbedder
+from memory_core.adapters.search.usearch_index import UsearchIndexFactory
+from memory_core.domain.model import Unit, unit_hash_of, unit_id_for
 
 pytestmark = pytest.mark.slow
 

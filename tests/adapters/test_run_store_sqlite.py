@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_core.adapters.blob_store import FileBlobStore
+from memory_core.adapters.files.blob_store import FileBlobStore
 from memory_core.adapters.sqlite import SCHEMA_VERSION, SqliteCatalog, open_database, schema_version
 from memory_core.adapters.sqlite.runs import (
     AFTER_CANDIDATES,
@@ -33,8 +33,8 @@ from memory_core.adapters.sqlite.runs import (
     _heading_path_json,
     _UnitColumns,
 )
-from memory_core.errors import InvalidRequest, RunNotFound, StorageUnavailable
-from memory_core.model import (
+from memory_core.domain.errors import InvalidRequest, RunNotFound, StorageUnavailable
+from memory_core.domain.model import (
     EffectiveMemory,
     Generation,
     IndexRevisions,
@@ -44,7 +44,7 @@ from memory_core.model import (
     Source,
     Unit,
 )
-from memory_core.recording import FAILED, RUNNING, SUCCEEDED, RunFilter
+from memory_core.runs.records import FAILED, RUNNING, SUCCEEDED, RunFilter
 from tests.contracts.test_run_store import dead_pid, failure, ranked, run_start, trace_of, ts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -359,7 +359,7 @@ def test_two_connections_record_concurrently(tmp_path):
 CHILD = textwrap.dedent(
     """
     import sys
-    from memory_core.adapters.blob_store import FileBlobStore
+    from memory_core.adapters.files.blob_store import FileBlobStore
     from memory_core.adapters.sqlite import open_database
     from memory_core.adapters.sqlite.runs import SqliteRunStore
     from tests.contracts.test_run_store import ranked, run_start, trace_of

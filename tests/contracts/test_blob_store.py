@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_core.adapters.blob_store import FileBlobStore
+from memory_core.adapters.files.blob_store import FileBlobStore
 from memory_core.adapters.in_memory.storage import InMemoryBlobStore
-from memory_core.errors import BlobNotFound, InvalidRequest
+from memory_core.domain.errors import BlobNotFound, InvalidRequest
 
 
 @pytest.fixture(params=["file", "memory"])

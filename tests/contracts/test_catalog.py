@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_core.adapters.filesystem_sources import FileStamp
+from memory_core.adapters.files.filesystem_sources import FileStamp
 from memory_core.adapters.in_memory.storage import InMemoryCatalog
 from memory_core.adapters.sqlite import SqliteCatalog, open_database
-from memory_core.errors import InvalidProjectName, InvalidRequest, ProjectExists, ProjectNotFound
-from memory_core.model import (
+from memory_core.domain.errors import InvalidProjectName, InvalidRequest, ProjectExists, ProjectNotFound
+from memory_core.domain.model import (
     EffectiveMemory,
     Generation,
     IndexRevisions,

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memory_core.adapters.in_memory.vectors import HashingEmbedder, WhitespaceTokenCounter
-from memory_core.adapters.minilm import MiniLMEmbedder, MiniLMTokenCounter
+from memory_core.adapters.models.minilm import MiniLMEmbedder, MiniLMTokenCounter
 from memory_core.ports import Embedder, TokenCounter
 
 QUERY = "How do I roll back a deploy?"
@@ -129,7 +129,7 @@ def test_minilm_returns_float32_rows(minilm: MiniLMEmbedder) -> None:
 def test_constructing_imports_neither_torch_nor_transformers() -> None:
     code = (
         "import sys\n"
-        "from memory_core.adapters.minilm import MiniLMEmbedder, MiniLMTokenCounter\n"
+        "from memory_core.adapters.models.minilm import MiniLMEmbedder, MiniLMTokenCounter\n"
         "e = MiniLMEmbedder(); t = MiniLMTokenCounter()\n"
         "assert e.revision.startswith('all-MiniLM-L6-v2@')\n"
         "assert t.count('hello world') == 2\n"

@@ -9,16 +9,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memory_core.adapters.minilm import (
+from memory_core.adapters.models.minilm import (
     QUERY_CACHE_SIZE,
     MiniLMEmbedder,
     ModelUnavailable,
     default_model_dir,
     normalized_query,
 )
+from memory_core.domain.errors import InvalidRequest, ProjectNotIndexed, RetrievalFailed
+from memory_core.domain.model import Source
 from memory_core.entrypoints.bootstrap import bootstrap
-from memory_core.errors import InvalidRequest, ProjectNotIndexed, RetrievalFailed
-from memory_core.model import Source
 
 pytestmark = pytest.mark.slow
 

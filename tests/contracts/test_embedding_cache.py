@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_core.adapters.embedding_cache import SqliteEmbeddingCache
 from memory_core.adapters.in_memory.vectors import InMemoryEmbeddingCache
-from memory_core.errors import StorageUnavailable
+from memory_core.adapters.sqlite.embedding_cache import SqliteEmbeddingCache
+from memory_core.domain.errors import StorageUnavailable
 from memory_core.ports import EmbeddingCache
 
 REV = "all-MiniLM-L6-v2@53aa51172d14"

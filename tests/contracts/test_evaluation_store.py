@@ -14,8 +14,15 @@ from hypothesis import strategies as st
 from memory_core.adapters.in_memory.evaluation import InMemoryEvaluationStore
 from memory_core.adapters.sqlite import open_database
 from memory_core.adapters.sqlite.evaluation import SqliteEvaluationStore
-from memory_core.errors import InvalidRequest
-from memory_core.evaluation import (
+from memory_core.domain.errors import InvalidRequest
+from memory_core.domain.evaluation_errors import (
+    EvaluationCaseExists,
+    EvaluationCaseNotFound,
+    EvaluationCorpusNotFound,
+    EvaluationJudgmentConflict,
+)
+from memory_core.domain.model import Layer, ManifestEntry
+from memory_core.evaluation.cases import (
     BEIR_IMPORT,
     RUN,
     Case,
@@ -25,14 +32,7 @@ from memory_core.evaluation import (
     JudgmentSet,
     SourceTrace,
 )
-from memory_core.evaluation_errors import (
-    EvaluationCaseExists,
-    EvaluationCaseNotFound,
-    EvaluationCorpusNotFound,
-    EvaluationJudgmentConflict,
-)
-from memory_core.model import Layer, ManifestEntry
-from memory_core.recording import CandidateRecord
+from memory_core.runs.records import CandidateRecord
 from tests.contracts.test_run_store import ranked
 
 

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_core.adapters.generation_store import SEALED, TRASH_PREFIX, UNITS, FileGenerationStore
+from memory_core.adapters.files.generation_store import SEALED, TRASH_PREFIX, UNITS, FileGenerationStore
 from memory_core.adapters.in_memory.storage import InMemoryGenerationStore
-from memory_core.errors import GenerationCorrupted, InvalidProjectName, InvalidRequest
-from memory_core.model import Unit, unit_hash_of, unit_id_for
+from memory_core.domain.errors import GenerationCorrupted, InvalidProjectName, InvalidRequest
+from memory_core.domain.model import Unit, unit_hash_of, unit_id_for
 
 
 def unit(resource_id: str, ordinal: int, text: str, heading: tuple[str, ...] = ("Title",)) -> Unit:

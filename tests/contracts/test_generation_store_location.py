@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.adapters.generation_store import UNITS, FileGenerationStore
+from memory_core.adapters.files.generation_store import UNITS, FileGenerationStore
 from memory_core.adapters.in_memory.storage import InMemoryGenerationStore
-from memory_core.errors import GenerationCorrupted, InvalidStorageLocation
+from memory_core.domain.errors import GenerationCorrupted, InvalidStorageLocation
 from tests.contracts.test_generation_store import UNITS_A, UNITS_B, publish
 
 

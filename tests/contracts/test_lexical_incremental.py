@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from memory_core.adapters.in_memory.lexical import InMemoryLexicalIndexFactory
-from memory_core.model import Unit
+from memory_core.domain.model import Unit
 from memory_core.ports import LexicalIndexFactory
 from tests.contracts.test_lexical_index import CORPUS, FACTORIES, QUERIES, unit
 

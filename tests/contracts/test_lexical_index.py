@@ -12,13 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memory_core.adapters.in_memory.lexical import InMemoryLexicalIndexFactory
-from memory_core.errors import GenerationCorrupted
-from memory_core.model import Unit, unit_hash_of
+from memory_core.domain.errors import GenerationCorrupted
+from memory_core.domain.model import Unit, unit_hash_of
 from memory_core.ports import LexicalIndexFactory, LexicalSearcher
 
 
 def _lucene() -> LexicalIndexFactory:
-    from memory_core.adapters.lucene_index import LuceneIndexFactory
+    from memory_core.adapters.search.lucene_index import LuceneIndexFactory
 
     return LuceneIndexFactory()
 
@@ -280,7 +280,7 @@ def test_lucene_index_without_its_metadata_is_unfinished(tmp_path: Path) -> None
 
 @pytest.mark.slow
 def test_lucene_revision_changes_with_bm25_settings_only_at_search_time(tmp_path: Path) -> None:
-    from memory_core.adapters.lucene_index import LuceneIndexFactory
+    from memory_core.adapters.search.lucene_index import LuceneIndexFactory
 
     directory = tmp_path / "lexical"
     LuceneIndexFactory().build(directory, CORPUS)

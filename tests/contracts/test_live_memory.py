@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from memory_core.adapters.filesystem_sources import FileSystemScanner
+from memory_core.adapters.files.filesystem_sources import FileSystemScanner
+from memory_core.adapters.files.live_memory import FileSystemLiveMemory
 from memory_core.adapters.in_memory.storage import InMemoryCatalog, InMemoryScanner
-from memory_core.adapters.live_memory import FileSystemLiveMemory
-from memory_core.effective_memory import read_effective_memory
-from memory_core.errors import SourceUnavailable
-from memory_core.live_memory import ScanningLiveMemory
-from memory_core.model import Layer, Project, Source
+from memory_core.domain.errors import SourceUnavailable
+from memory_core.domain.model import Layer, Project, Source
 from memory_core.ports import LiveMemory
+from memory_core.retrieval.effective_memory import read_effective_memory
+from memory_core.services.live_memory import ScanningLiveMemory
 
 
 class World:

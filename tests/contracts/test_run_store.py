@@ -19,15 +19,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_core.activation_state import ActivationState, HeldUnit
-from memory_core.adapters.blob_store import FileBlobStore
+from memory_core.adapters.files.blob_store import FileBlobStore
 from memory_core.adapters.in_memory.runs import FailingRecorder, InMemoryRunStore
 from memory_core.adapters.in_memory.storage import InMemoryBlobStore, InMemoryCatalog
 from memory_core.adapters.sqlite import SqliteCatalog, open_database
 from memory_core.adapters.sqlite.runs import INTERRUPTED, Owner, SqliteRunStore, current_boot_id
-from memory_core.errors import InvalidRequest, RunNotFound, StorageUnavailable
-from memory_core.exact import ExactMatch
-from memory_core.model import (
+from memory_core.domain.errors import InvalidRequest, RunNotFound, StorageUnavailable
+from memory_core.domain.model import (
     EffectiveMemory,
     Generation,
     IndexRevisions,
@@ -38,8 +36,11 @@ from memory_core.model import (
     Unit,
     unit_hash_of,
 )
-from memory_core.pipeline import SELECTED, Candidate, apply_rerank, fuse
-from memory_core.recording import (
+from memory_core.retrieval.activation_state import ActivationState, HeldUnit
+from memory_core.retrieval.exact import ExactMatch
+from memory_core.retrieval.pipeline import SELECTED, Candidate, apply_rerank, fuse
+from memory_core.retrieval.selection import Limits, select
+from memory_core.runs.records import (
     FAILED,
     MAX_ERROR_SUMMARY,
     MAX_RUNS_PER_PROJECT,
@@ -51,7 +52,6 @@ from memory_core.recording import (
     RunStart,
     RunTrace,
 )
-from memory_core.selection import Limits, select
 
 FINGERPRINT = "f" * 64
 REVISIONS = IndexRevisions(parser="p1", chunker="c1", embedding_model="e1", lexical="l1", vector="v1")
@@ -762,7 +762,7 @@ def test_returned_fragments_equal_the_stored_selected_candidates(store):
 
 
 def test_a_stage_failure_through_the_engine_is_a_failed_run(store):
-    from memory_core.errors import RetrievalFailed
+    from memory_core.domain.errors import RetrievalFailed
 
     class Broken:
         revision = "broken"

@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_core.adapters.filesystem_sources import FileStamp, FileSystemScanner
+from memory_core.adapters.files.filesystem_sources import FileStamp, FileSystemScanner
 from memory_core.adapters.in_memory.storage import InMemoryCatalog, InMemoryScanner
 from memory_core.adapters.sqlite import SqliteCatalog, open_database
-from memory_core.errors import SourceUnavailable
-from memory_core.model import Layer, Source
+from memory_core.domain.errors import SourceUnavailable
+from memory_core.domain.model import Layer, Source
 
 
 class FsWorld:
@@ -365,7 +365,7 @@ def _stamp(path: Path) -> FileStamp:
 
 @pytest.mark.parametrize("cache_kind", ["sqlite", "memory"])
 def test_hash_cache_answers_for_an_unchanged_stamp_and_rehash_bypasses_it(tmp_path, cache_kind, monkeypatch):
-    monkeypatch.setattr("memory_core.adapters.filesystem_sources.RACY_WINDOW_NS", 0)
+    monkeypatch.setattr("memory_core.adapters.files.filesystem_sources.RACY_WINDOW_NS", 0)
     cache = SqliteCatalog(open_database(tmp_path / "local.db")) if cache_kind == "sqlite" else InMemoryCatalog()
     source = tmp_path / "src"
     source.mkdir()
@@ -387,7 +387,7 @@ def test_hash_cache_answers_for_an_unchanged_stamp_and_rehash_bypasses_it(tmp_pa
 
 @pytest.mark.parametrize("cache_kind", ["sqlite", "memory"])
 def test_an_edit_that_keeps_size_and_mtime_is_seen(tmp_path, cache_kind, monkeypatch):
-    monkeypatch.setattr("memory_core.adapters.filesystem_sources.RACY_WINDOW_NS", 0)
+    monkeypatch.setattr("memory_core.adapters.files.filesystem_sources.RACY_WINDOW_NS", 0)
     cache = SqliteCatalog(open_database(tmp_path / "local.db")) if cache_kind == "sqlite" else InMemoryCatalog()
     source = tmp_path / "src"
     source.mkdir()

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memory_core.adapters.in_memory.vectors import InMemoryVectorIndexFactory
-from memory_core.adapters.usearch_index import HNSW_FILE, VECTORS_FILE, UsearchIndexFactory
-from memory_core.errors import GenerationCorrupted, InvalidRequest
+from memory_core.adapters.search.usearch_index import HNSW_FILE, VECTORS_FILE, UsearchIndexFactory
+from memory_core.domain.errors import GenerationCorrupted, InvalidRequest
 from memory_core.ports import VectorIndexFactory
 
 FACTORIES: dict[str, Callable[[], VectorIndexFactory]] = {

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_core.chunking import CHUNKER_REVISION, MarkdownChunker, is_markdown, markdown_sections
-from memory_core.model import Unit, unit_hash_of, unit_id_for
+from memory_core.domain.model import Unit, unit_hash_of, unit_id_for
 from memory_core.ports import Chunker, TokenCounter
+from memory_core.retrieval.chunking import CHUNKER_REVISION, MarkdownChunker, is_markdown, markdown_sections
 
 MD = "text/markdown"
 TXT = "text/plain"
@@ -432,7 +432,7 @@ def test_units_carry_resource_hash_and_token_count() -> None:
     ]
 
 
-DEMO = Path(__file__).resolve().parents[2] / "entrypoints" / "demo_memory"
+DEMO = Path(__file__).resolve().parents[2] / "entrypoints" / "cli" / "demo_memory"
 
 
 def test_demo_memory_documents() -> None:

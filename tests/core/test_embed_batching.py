@@ -8,10 +8,10 @@ from collections.abc import Sequence
 import pytest
 
 from memory_core.adapters.in_memory.vectors import HashingEmbedder
+from memory_core.domain.errors import ProjectNotIndexed
+from memory_core.domain.model import Layer, Source
 from memory_core.entrypoints.bootstrap import bootstrap_in_memory
-from memory_core.errors import ProjectNotIndexed
-from memory_core.indexing import EMBED_BATCH
-from memory_core.model import Layer, Source
+from memory_core.services.indexing import EMBED_BATCH
 
 
 class SpyEmbedder(HashingEmbedder):

@@ -7,10 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.activation_state import ActivationState
-from memory_core.engine import STAGE_ERROR
-from memory_core.entrypoints.bootstrap import bootstrap_in_memory
-from memory_core.errors import (
+from memory_core.domain.errors import (
     EmptyProject,
     InvalidActivationState,
     InvalidBudget,
@@ -22,9 +19,12 @@ from memory_core.errors import (
     RetrievalFailed,
     SourceUnavailable,
 )
-from memory_core.model import Layer, Source
-from memory_core.pipeline import EXCLUSION_CODES, SELECTED
-from memory_core.recording import NullRecorder, RunFailure, RunStart, RunTrace
+from memory_core.domain.model import Layer, Source
+from memory_core.entrypoints.bootstrap import bootstrap_in_memory
+from memory_core.retrieval.activation_state import ActivationState
+from memory_core.retrieval.pipeline import EXCLUSION_CODES, SELECTED
+from memory_core.runs.records import NullRecorder, RunFailure, RunStart, RunTrace
+from memory_core.services.engine import STAGE_ERROR
 
 ORG, PROJ = "/org", "/proj"
 DOCS = {

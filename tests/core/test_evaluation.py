@@ -14,15 +14,27 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_core import fixture
 from memory_core.adapters.in_memory.evaluation import InMemoryEvaluationStore
 from memory_core.adapters.in_memory.runs import InMemoryRunStore
 from memory_core.adapters.in_memory.storage import InMemoryBlobStore, InMemoryCatalog
-from memory_core.beir import BeirCollection, EngineWorkspace, beir_case_id, import_beir
-from memory_core.canonical import sha256_hex
+from memory_core.domain.canonical import sha256_hex
+from memory_core.domain.errors import InvalidRequest, ProjectNotIndexed, RunNotFound
+from memory_core.domain.evaluation_errors import (
+    EvaluationCaseNotFound,
+    EvaluationImportConflict,
+    EvaluationJudgmentConflict,
+    EvaluationRunNotSucceeded,
+    EvaluationSetEmpty,
+    FixtureHashMismatch,
+    InvalidBeirCollection,
+    InvalidFixture,
+    InvalidJudgments,
+)
+from memory_core.domain.model import Layer, ManifestEntry, Source
 from memory_core.entrypoints.bootstrap import bootstrap_in_memory, utc_now
-from memory_core.errors import InvalidRequest, ProjectNotIndexed, RunNotFound
-from memory_core.evaluation import (
+from memory_core.evaluation import fixture
+from memory_core.evaluation.beir import BeirCollection, EngineWorkspace, beir_case_id, import_beir
+from memory_core.evaluation.cases import (
     BEIR_IMPORT,
     FIXTURE_IMPORT,
     RUN,
@@ -34,18 +46,14 @@ from memory_core.evaluation import (
     JudgmentSet,
     SourceTrace,
 )
-from memory_core.evaluation_errors import (
-    EvaluationCaseNotFound,
-    EvaluationImportConflict,
-    EvaluationJudgmentConflict,
-    EvaluationRunNotSucceeded,
-    EvaluationSetEmpty,
-    FixtureHashMismatch,
-    InvalidBeirCollection,
-    InvalidFixture,
-    InvalidJudgments,
+from memory_core.evaluation.metrics import (
+    MetricLevel,
+    RankedItem,
+    paired_bootstrap,
+    paired_randomization_p,
+    resource_ranking,
 )
-from memory_core.evaluation_report import (
+from memory_core.evaluation.report import (
     CUT_AT_SELECTION,
     DEMOTED_BY_RERANKER,
     LOST_IN_FUSION,
@@ -53,16 +61,8 @@ from memory_core.evaluation_report import (
     VARIANTS,
     variant_ranking,
 )
-from memory_core.metrics import (
-    MetricLevel,
-    RankedItem,
-    paired_bootstrap,
-    paired_randomization_p,
-    resource_ranking,
-)
-from memory_core.model import Layer, ManifestEntry, Source
-from memory_core.recording import FAILED, CandidateRecord
-from memory_core.replay import baseline_from_report, replay
+from memory_core.runs.records import FAILED, CandidateRecord
+from memory_core.services.replay import baseline_from_report, replay
 from tests.contracts.test_run_store import ranked
 
 SOURCE = "/memory"
@@ -829,7 +829,7 @@ def test_report_values_equal_trec_eval_on_each_variants_run(seed: int, data: st.
 
 def test_too_few_cases_give_no_interval_and_say_why(world: World) -> None:
     """One judged case used to print a zero-width 95% interval and p 1.000 (issue 19)."""
-    from memory_core.evaluation_report import MIN_CASES_FOR_INTERVAL
+    from memory_core.evaluation.report import MIN_CASES_FOR_INTERVAL
 
     def judge(q: int) -> None:
         case = world.service.create_case(world.activate(f"{TOPICS[q % 10]} step"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_core.exact import ExactIndex
-from memory_core.model import Unit
+from memory_core.domain.model import Unit
+from memory_core.retrieval.exact import ExactIndex
 
 
 def unit(resource_id: str, ordinal: int, *heading_path: str) -> Unit:

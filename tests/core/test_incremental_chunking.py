@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from memory_core.adapters.in_memory.storage import InMemoryScanner
-from memory_core.chunking import MarkdownChunker
+from memory_core.domain.model import Source
 from memory_core.entrypoints.bootstrap import bootstrap_in_memory
-from memory_core.model import Source
+from memory_core.retrieval.chunking import MarkdownChunker
 
 DOCS = {
     "a.md": b"# A\n\nAlpha text about deploys.\n\n## More\n\nA second section.\n",

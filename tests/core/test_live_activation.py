@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from memory_core.adapters.in_memory.storage import InMemoryScanner
+from memory_core.domain.model import EffectiveMemory, Project, ScannedResource, Source
 from memory_core.entrypoints.bootstrap import bootstrap_in_memory
-from memory_core.live_memory import ScanningLiveMemory
-from memory_core.model import EffectiveMemory, Project, ScannedResource, Source
-from memory_core.recording import NullRecorder
+from memory_core.runs.records import NullRecorder
+from memory_core.services.live_memory import ScanningLiveMemory
 
 SRC = "/notes"
 QUERIES = ["deploy rollback", "advisory locks", "coffee printer", "helm"]
@@ -101,7 +101,7 @@ def test_changed_bodies_are_kept_once_and_only_for_a_recorded_run(recorded: bool
     scanner.reads.clear()
     first = e.activate("p", "advisory locks").response
     assert first.freshness.changed_resources == 2 and first.freshness.stale_resources == ("locks.md",)
-    from memory_core.canonical import sha256_hex
+    from memory_core.domain.canonical import sha256_hex
 
     assert e.indexer.blobs.exists(sha256_hex(edited)) is recorded
     assert sorted(scanner.reads) == (["locks.md", "new.md"] if recorded else [])

@@ -10,8 +10,8 @@ import pytrec_eval
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_core.errors import InvalidRequest
-from memory_core.metrics import (
+from memory_core.domain.errors import InvalidRequest
+from memory_core.evaluation.metrics import (
     Graded,
     Judgments,
     MetricLevel,

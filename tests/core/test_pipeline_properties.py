@@ -7,10 +7,10 @@ import hashlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_core.activation_state import ActivationState, HeldUnit
-from memory_core.exact import ExactMatch
-from memory_core.model import Unit, unit_hash_of
-from memory_core.pipeline import (
+from memory_core.domain.model import Unit, unit_hash_of
+from memory_core.retrieval.activation_state import ActivationState, HeldUnit
+from memory_core.retrieval.exact import ExactMatch
+from memory_core.retrieval.pipeline import (
     ADD,
     DELTA_ACTIONS,
     EXCLUDED,
@@ -22,7 +22,7 @@ from memory_core.pipeline import (
     fuse,
     lexical_list,
 )
-from memory_core.selection import Limits, select
+from memory_core.retrieval.selection import Limits, select
 
 
 def make_units(n: int, texts: list[str]) -> dict[str, Unit]:

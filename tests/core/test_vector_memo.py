@@ -9,8 +9,8 @@ from typing import Any
 
 from memory_core.adapters.in_memory.storage import InMemoryScanner
 from memory_core.adapters.in_memory.vectors import InMemoryEmbeddingCache
+from memory_core.domain.model import Source
 from memory_core.entrypoints.bootstrap import bootstrap_in_memory
-from memory_core.model import Source
 from memory_core.ports import Vector
 
 DOCS = {

@@ -16,11 +16,11 @@ from starlette.testclient import TestClient
 
 from memory_core.adapters.in_memory.storage import InMemoryCatalog, InMemoryScanner
 from memory_core.adapters.in_memory.vectors import HashingEmbedder
+from memory_core.domain.errors import MemoryCoreError, RetrievalFailed
 from memory_core.entrypoints.bootstrap import bootstrap_in_memory
 from memory_core.entrypoints.daemon import api
 from memory_core.entrypoints.daemon.app import create_app
 from memory_core.entrypoints.daemon.dispatch import TABLE, Context
-from memory_core.errors import MemoryCoreError, RetrievalFailed
 
 from .conftest import ORG, PROJ, Contract, docs
 

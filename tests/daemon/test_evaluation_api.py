@@ -27,18 +27,8 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from memory_core.adapters.in_memory.storage import InMemoryScanner
-from memory_core.engine import Engine
-from memory_core.entrypoints import eval_commands
-from memory_core.entrypoints.bootstrap import bootstrap_in_memory
-from memory_core.entrypoints.cli import build_parser
-from memory_core.entrypoints.client_engine import ClientEngine
-from memory_core.entrypoints.daemon import api, dispatch
-from memory_core.entrypoints.daemon.app import create_app
-from memory_core.entrypoints.daemon.client import DaemonClient
-from memory_core.entrypoints.daemon.dispatch import TABLE, Context
-from memory_core.errors import ProjectNotIndexed, RunNotFound
-from memory_core.evaluation import Case, Judgment, JudgmentSet
-from memory_core.evaluation_errors import (
+from memory_core.domain.errors import ProjectNotIndexed, RunNotFound
+from memory_core.domain.evaluation_errors import (
     EvaluationCaseNotFound,
     EvaluationJudgmentConflict,
     EvaluationRunNotSucceeded,
@@ -46,8 +36,18 @@ from memory_core.evaluation_errors import (
     InvalidFixture,
     InvalidJudgments,
 )
-from memory_core.fixture import ImportResult
-from memory_core.model import Source
+from memory_core.domain.model import Source
+from memory_core.entrypoints.bootstrap import bootstrap_in_memory
+from memory_core.entrypoints.cli import eval_commands
+from memory_core.entrypoints.cli.client_engine import ClientEngine
+from memory_core.entrypoints.cli.main import build_parser
+from memory_core.entrypoints.daemon import api, dispatch
+from memory_core.entrypoints.daemon.app import create_app
+from memory_core.entrypoints.daemon.client import DaemonClient
+from memory_core.entrypoints.daemon.dispatch import TABLE, Context
+from memory_core.evaluation.cases import Case, Judgment, JudgmentSet
+from memory_core.evaluation.fixture import ImportResult
+from memory_core.services.engine import Engine
 
 from .conftest import Contract, docs
 from .test_api import SOURCES, assert_error, indexed, ok, post
@@ -657,7 +657,7 @@ def test_memcore_eval_report_on_one_case_says_it_has_too_few_for_an_interval(
 
 
 def test_eval_commands_go_through_the_daemon_except_the_long_local_ones() -> None:
-    from memory_core.entrypoints.commands import EMBEDDED_ONLY, HANDLERS
+    from memory_core.entrypoints.cli.commands import EMBEDDED_ONLY, HANDLERS
 
     through = {action for command, action in HANDLERS if command == "eval" and ("eval", action) not in EMBEDDED_ONLY}
     assert through == {"case", "judge", "review", "report", "export", "import"}

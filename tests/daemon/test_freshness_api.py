@@ -9,7 +9,7 @@ from starlette.testclient import TestClient
 from memory_core.adapters.in_memory.storage import InMemoryScanner
 from memory_core.entrypoints.daemon import api
 from memory_core.entrypoints.daemon.dispatch import Context
-from memory_core.recording import RunDetail
+from memory_core.runs.records import RunDetail
 
 from .conftest import ORG, PROJ, Contract
 from .test_api import indexed, ok

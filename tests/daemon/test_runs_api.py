@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 
 from memory_core.entrypoints.daemon import api
 from memory_core.entrypoints.daemon.dispatch import TABLE, Context
-from memory_core.recording import RunDetail, RunFilter, RunPage
+from memory_core.runs.records import RunDetail, RunFilter, RunPage
 
 from .conftest import Contract
 from .test_api import SOURCES, assert_error, indexed, ok, post

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from memory_core.activation_state import ActivationState
+from memory_core.domain.errors import InvalidQuery, ProjectNotFound, ProjectNotIndexed, RunNotFound
+from memory_core.domain.model import Source
 from memory_core.entrypoints.daemon.client import DaemonClient
-from memory_core.errors import InvalidQuery, ProjectNotFound, ProjectNotIndexed, RunNotFound
-from memory_core.model import Source
-from memory_core.recording import CandidateRecord, RunFilter
+from memory_core.retrieval.activation_state import ActivationState
+from memory_core.runs.records import CandidateRecord, RunFilter
 
 from .test_server import Daemon, memory_folder
 

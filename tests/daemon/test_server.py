@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
+from memory_core.domain.errors import InvalidRequest, ProjectExists, ProjectNotFound
+from memory_core.domain.model import Layer, Source
 from memory_core.entrypoints.daemon import api, paths
 from memory_core.entrypoints.daemon.client import DaemonClient
 from memory_core.entrypoints.daemon.server import DaemonLock, bind_socket
-from memory_core.errors import InvalidRequest, ProjectExists, ProjectNotFound
-from memory_core.model import Layer, Source
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 60

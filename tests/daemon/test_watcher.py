@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from memory_core.adapters.watcher import ProjectHealth
-from memory_core.model import Source
+from memory_core.adapters.files.watcher import ProjectHealth
+from memory_core.domain.model import Source
 from tests.daemon.test_server import Daemon, memory_folder
 
 T = TypeVar("T")
@@ -236,7 +236,7 @@ def add_indexed_polling(daemon: Daemon, name: str, source: Path) -> None:
 
 
 def test_an_activation_may_wait_for_the_pending_reindex(daemon: Daemon, tmp_path: Path) -> None:
-    from memory_core.errors import InvalidRequest
+    from memory_core.domain.errors import InvalidRequest
 
     source = memory_folder(tmp_path / "memory")
     add_indexed(daemon, "waits", source)

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from memory_core.domain.model import Layer, Source
 from memory_core.entrypoints.daemon import launcher, paths
 from memory_core.entrypoints.daemon.server import IdleClock
-from memory_core.model import Layer, Source
 from tests.daemon.test_server import Daemon, memory_folder
 
 ROOT = Path(__file__).resolve().parents[2]

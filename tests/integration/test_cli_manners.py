@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from memory_core.entrypoints.cli import _subparsers, build_parser
+from memory_core.entrypoints.cli.main import _subparsers, build_parser
 from tests.daemon.test_server import memory_folder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,7 +164,7 @@ def test_every_argument_has_help() -> None:
 
 
 def test_hints_know_the_commands() -> None:
-    from memory_core.entrypoints.cli import COMMAND_NAMES, hint
+    from memory_core.entrypoints.cli.main import COMMAND_NAMES, hint
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert sorted(sub.choices) == sorted(COMMAND_NAMES)

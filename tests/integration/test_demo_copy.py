@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.entrypoints import demo
+from memory_core.entrypoints.cli import demo
 from tests.reliability.test_security import loose_paths
 
 

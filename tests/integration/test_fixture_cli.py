@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.model import Source
+from memory_core.domain.model import Source
 
 from ..reliability.harness import PROJECT, engine_for, write_memory
 from ..reliability.test_bad_input import reseal

@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from memory_core.model import Source
+from memory_core.domain.model import Source
 from tests.daemon.test_server import Daemon, memory_folder
 from tests.daemon.test_watcher import editor_save, wait_for
 

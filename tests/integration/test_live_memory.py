@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from memory_core.domain.model import Layer, Source
 from memory_core.entrypoints.bootstrap import bootstrap
-from memory_core.metrics import RankedItem, ScopeStatus, scope_status
-from memory_core.model import Layer, Source
+from memory_core.evaluation.metrics import RankedItem, ScopeStatus, scope_status
 
 pytestmark = pytest.mark.slow
 QUERY = "supersonic wing flutter boundary layer"

@@ -14,10 +14,10 @@ from typing import Any
 import anyio
 import pytest
 
-from memory_core.entrypoints import mcp_server
+from memory_core.domain.model import Source
 from memory_core.entrypoints.daemon import api, paths
 from memory_core.entrypoints.daemon.client import DaemonClient
-from memory_core.model import Source
+from memory_core.entrypoints.mcp import server as mcp_server
 from tests.daemon.test_launcher import stop_daemon
 from tests.daemon.test_server import memory_folder
 

@@ -15,20 +15,20 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.adapters.generation_store import FileGenerationStore
-from memory_core.adapters.home import HomeLayout
+from memory_core.adapters.files.generation_store import FileGenerationStore
 from memory_core.adapters.sqlite import SqliteCatalog, open_database
-from memory_core.engine import Engine
-from memory_core.entrypoints.bootstrap import bootstrap
-from memory_core.errors import (
+from memory_core.adapters.system.home import HomeLayout
+from memory_core.domain.errors import (
     GenerationCorrupted,
     InvalidStorageLocation,
     ProjectNotFound,
     ProjectNotIndexed,
     StorageUnavailable,
 )
-from memory_core.model import Layer, Project, Source
-from memory_core.recording import RunFilter
+from memory_core.domain.model import Layer, Project, Source
+from memory_core.entrypoints.bootstrap import bootstrap
+from memory_core.runs.records import RunFilter
+from memory_core.services.engine import Engine
 
 pytestmark = pytest.mark.slow
 QUERY = "how do I roll back a deploy?"

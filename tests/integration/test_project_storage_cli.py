@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from memory_core.adapters.home import HomeLayout
+from memory_core.adapters.system.home import HomeLayout
 from tests.daemon.test_server import Daemon, memory_folder
 from tests.integration.test_cli_modes import differences, memcore
 

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_core.activation_state import ActivationState, HeldUnit
+from memory_core.domain.errors import ProjectNotIndexed, RunNotFound
+from memory_core.domain.model import Source
 from memory_core.entrypoints.bootstrap import bootstrap
-from memory_core.errors import ProjectNotIndexed, RunNotFound
-from memory_core.model import Source
-from memory_core.recording import CandidateRecord, RunFilter
+from memory_core.retrieval.activation_state import ActivationState, HeldUnit
+from memory_core.runs.records import CandidateRecord, RunFilter
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

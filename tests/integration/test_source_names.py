@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.adapters.filesystem_sources import FileStamp
+from memory_core.adapters.files.filesystem_sources import FileStamp
 from memory_core.adapters.sqlite import SqliteCatalog, open_database
-from memory_core.canonical import sha256_hex
-from memory_core.errors import InvalidRequest
-from memory_core.model import Source
+from memory_core.domain.canonical import sha256_hex
+from memory_core.domain.errors import InvalidRequest
+from memory_core.domain.model import Source
 from tests.daemon.test_server import Daemon
 
 pytestmark = pytest.mark.slow

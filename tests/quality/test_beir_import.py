@@ -14,18 +14,18 @@ from pathlib import Path
 import attrs
 import pytest
 
-from memory_core import fixture
-from memory_core.adapters.blob_store import FileBlobStore
-from memory_core.adapters.evaluation_sources import FolderSources
-from memory_core.adapters.home import HomeLayout
+from memory_core.adapters.files.blob_store import FileBlobStore
+from memory_core.adapters.files.evaluation_sources import FolderSources
 from memory_core.adapters.sqlite import open_database
 from memory_core.adapters.sqlite.evaluation import SqliteEvaluationStore
 from memory_core.adapters.sqlite.runs import SqliteRunStore
-from memory_core.beir import EngineWorkspace, import_beir
+from memory_core.adapters.system.home import HomeLayout
 from memory_core.entrypoints.bootstrap import utc_now
-from memory_core.evaluation import EvaluationService
-from memory_core.evaluation_report import VARIANTS, variant_ranking
-from memory_core.metrics import resource_ranking
+from memory_core.evaluation import fixture
+from memory_core.evaluation.beir import EngineWorkspace, import_beir
+from memory_core.evaluation.cases import EvaluationService
+from memory_core.evaluation.metrics import resource_ranking
+from memory_core.evaluation.report import VARIANTS, variant_ranking
 from tests.conftest import CRANFIELD
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from memory_core.errors import RetrievalFailed
+from memory_core.domain.errors import RetrievalFailed
 from tests.reliability.harness import (
     BROKEN_EMBEDDER_ENV,
     LUCENE_ENV,

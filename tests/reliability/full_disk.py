@@ -76,7 +76,7 @@ class FullDisk:
 def inject_enospc(marker: Path) -> Any:
     """A replacement for ``lucene_index._index_writer`` whose writer's commit, while ``marker``
     exists, raises Java's real ENOSPC (the caller installs it: monkeypatch, or the main below)."""
-    from memory_core.adapters import jvm, lucene_index
+    from memory_core.adapters.search import jvm, lucene_index
 
     real = lucene_index._index_writer
 
@@ -102,7 +102,7 @@ def inject_enospc(marker: Path) -> Any:
 
 
 if __name__ == "__main__":
-    from memory_core.adapters import lucene_index
+    from memory_core.adapters.search import lucene_index
 
     marker, _python, flag, module, *args = sys.argv[1:]
     assert flag == "-m", sys.argv

@@ -22,14 +22,14 @@ from typing import Any
 import apsw
 import attrs
 
-from memory_core.adapters.crash_points import CRASH_EXIT, CRASH_POINT_ENV
 from memory_core.adapters.in_memory.lexical import InMemoryLexicalIndexFactory, InMemoryLexicalSearcher
 from memory_core.adapters.in_memory.vectors import HashingEmbedder, WhitespaceTokenCounter
-from memory_core.canonical import canonical_json
-from memory_core.chunking import MarkdownChunker
-from memory_core.engine import Engine
-from memory_core.errors import GenerationCorrupted
-from memory_core.model import Source, Unit
+from memory_core.adapters.system.crash_points import CRASH_EXIT, CRASH_POINT_ENV
+from memory_core.domain.canonical import canonical_json
+from memory_core.domain.errors import GenerationCorrupted
+from memory_core.domain.model import Source, Unit
+from memory_core.retrieval.chunking import MarkdownChunker
+from memory_core.services.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "proj"
@@ -81,11 +81,11 @@ class BrokenEmbedder(HashingEmbedder):
 
 def engine_for(home: str | os.PathLike[str], *, lucene: bool = False, **overrides: Any) -> Engine:
     """The product's composition root with the cheap embedder and (unless ``lucene``) lexical index."""
-    from memory_core.adapters.usearch_index import UsearchIndexFactory
+    from memory_core.adapters.search.usearch_index import UsearchIndexFactory
     from memory_core.entrypoints.bootstrap import bootstrap
 
     if lucene:
-        from memory_core.adapters.lucene_index import LuceneIndexFactory
+        from memory_core.adapters.search.lucene_index import LuceneIndexFactory
 
         lexical: Any = LuceneIndexFactory()
     else:

@@ -24,24 +24,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_core.adapters.blob_store import FileBlobStore
-from memory_core.adapters.evaluation_sources import FolderSources
+from memory_core.adapters.files.blob_store import FileBlobStore
+from memory_core.adapters.files.evaluation_sources import FolderSources
 from memory_core.adapters.in_memory.storage import InMemoryBlobStore
 from memory_core.adapters.sqlite.database import open_database
 from memory_core.adapters.sqlite.evaluation import SqliteEvaluationStore
 from memory_core.adapters.sqlite.runs import SqliteRunStore
-from memory_core.beir import EngineWorkspace, import_beir
-from memory_core.canonical import sha256_hex
-from memory_core.engine import Engine
+from memory_core.domain.canonical import sha256_hex
+from memory_core.domain.errors import InvalidRequest, MemoryCoreError
+from memory_core.domain.evaluation_errors import InvalidFixture
+from memory_core.domain.model import ManifestEntry
 from memory_core.entrypoints.bootstrap import utc_now
 from memory_core.entrypoints.daemon.app import error_response
 from memory_core.entrypoints.wire_input import MAX_DEPTH, decode_json, encodable, too_deep
-from memory_core.errors import InvalidRequest, MemoryCoreError
-from memory_core.evaluation import Corpus, EvaluationService, SourceTrace
-from memory_core.evaluation_errors import InvalidFixture
-from memory_core.fixture import load_fixture
-from memory_core.model import ManifestEntry
-from memory_core.profile import MAX_QUERY_CHARS
+from memory_core.evaluation.beir import EngineWorkspace, import_beir
+from memory_core.evaluation.cases import Corpus, EvaluationService, SourceTrace
+from memory_core.evaluation.fixture import load_fixture
+from memory_core.retrieval.profile import MAX_QUERY_CHARS
+from memory_core.services.engine import Engine
 
 from .harness import PROJECT, Seeded, engine_for, files_under, restart_and_verify, seed_home, table_counts
 

@@ -24,8 +24,8 @@ import attrs
 import pytest
 
 from memory_core.adapters.sqlite import runs as sqlite_runs
-from memory_core.engine import Engine
-from memory_core.recording import FAILED, SUCCEEDED
+from memory_core.runs.records import FAILED, SUCCEEDED
+from memory_core.services.engine import Engine
 
 from .harness import (
     BROKEN_EMBEDDER_ENV,

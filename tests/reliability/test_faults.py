@@ -15,16 +15,22 @@ from pathlib import Path
 import apsw
 import pytest
 
-from memory_core.adapters.blob_store import FileBlobStore
+from memory_core.adapters.files.blob_store import FileBlobStore
 from memory_core.adapters.in_memory.vectors import HashingEmbedder
 from memory_core.adapters.sqlite.catalog import SqliteCatalog
 from memory_core.adapters.sqlite.runs import SqliteRunStore
-from memory_core.engine import STAGE_ERROR, ActivationResponse, Engine
-from memory_core.errors import BlobCorrupted, GenerationCorrupted, InvalidRequest, RetrievalFailed, StorageUnavailable
-from memory_core.fixture import evaluation_set
-from memory_core.indexing import LEXICAL_DIR, VECTOR_DIR
-from memory_core.model import Source
-from memory_core.recording import FAILED, MAX_ERROR_SUMMARY, RunFailure, RunStart, RunTrace
+from memory_core.domain.errors import (
+    BlobCorrupted,
+    GenerationCorrupted,
+    InvalidRequest,
+    RetrievalFailed,
+    StorageUnavailable,
+)
+from memory_core.domain.model import Source
+from memory_core.evaluation.fixture import evaluation_set
+from memory_core.runs.records import FAILED, MAX_ERROR_SUMMARY, RunFailure, RunStart, RunTrace
+from memory_core.services.engine import STAGE_ERROR, ActivationResponse, Engine
+from memory_core.services.indexing import LEXICAL_DIR, VECTOR_DIR
 
 from .harness import (
     PROJECT,

@@ -18,16 +18,16 @@ from typing import Any
 
 import pytest
 
-from memory_core.adapters.evaluation_sources import FolderSources
-from memory_core.adapters.filesystem_sources import FileSystemScanner
-from memory_core.beir import EngineWorkspace
-from memory_core.canonical import sha256_hex
-from memory_core.engine import Engine
-from memory_core.evaluation_errors import EvaluationReplayCorpusMismatch, InvalidFixture
-from memory_core.fixture import load_fixture
-from memory_core.model import Source
-from memory_core.replay import replay
-from memory_core.resource_rules import DEFAULT_MAX_BYTES, MAX_RESOURCE_ID_BYTES, NAME_MAX_BYTES
+from memory_core.adapters.files.evaluation_sources import FolderSources
+from memory_core.adapters.files.filesystem_sources import FileSystemScanner
+from memory_core.domain.canonical import sha256_hex
+from memory_core.domain.evaluation_errors import EvaluationReplayCorpusMismatch, InvalidFixture
+from memory_core.domain.model import Source
+from memory_core.domain.resource_rules import DEFAULT_MAX_BYTES, MAX_RESOURCE_ID_BYTES, NAME_MAX_BYTES
+from memory_core.evaluation.beir import EngineWorkspace
+from memory_core.evaluation.fixture import load_fixture
+from memory_core.services.engine import Engine
+from memory_core.services.replay import replay
 
 from .harness import PROJECT, engine_for, write_memory
 from .test_bad_input import Target, import_outcome, reseal

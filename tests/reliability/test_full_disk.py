@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.adapters import lucene_index
-from memory_core.errors import MemoryCoreError, StorageUnavailable
-from memory_core.model import Source, Unit, unit_hash_of
+from memory_core.adapters.search import lucene_index
+from memory_core.domain.errors import MemoryCoreError, StorageUnavailable
+from memory_core.domain.model import Source, Unit, unit_hash_of
 from tests.daemon.test_server import Daemon
 
 from .full_disk import INJECTED, TMPFS, FullDisk, inject_enospc

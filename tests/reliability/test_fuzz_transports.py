@@ -36,10 +36,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_core.activation_state import ActivationState
 from memory_core.entrypoints.daemon import api, dispatch, paths
 from memory_core.entrypoints.ui.app import UI_METHODS
 from memory_core.entrypoints.wire_input import MAX_DEPTH
+from memory_core.retrieval.activation_state import ActivationState
 from tests.ui.conftest import UiDaemon
 
 pytestmark = pytest.mark.slow  # a daemon with the models, and an MCP subprocess
@@ -113,7 +113,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     base = tmp_path_factory.mktemp("fuzz-transports")
     daemon = UiDaemon(base)
     try:
-        from memory_core.model import Source
+        from memory_core.domain.model import Source
 
         daemon.client.add_project(PROJECT, [Source(str(daemon.memory))])
         daemon.client.index_project(PROJECT)

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from benchmarks.api_overhead import listed_run_ids
-from memory_core.adapters.home import HomeLayout
 from memory_core.adapters.sqlite.database import open_database
-from memory_core.model import Layer, Source
-from memory_core.recording import SUCCEEDED, RunFilter
+from memory_core.adapters.system.home import HomeLayout
+from memory_core.domain.model import Layer, Source
+from memory_core.runs.records import SUCCEEDED, RunFilter
 from tests.daemon.test_server import Daemon, memory_folder
 
 pytestmark = pytest.mark.slow

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import sys
 
-from memory_core.adapters.evaluation_sources import FolderSources
-from memory_core.beir import EngineWorkspace, import_beir
+from memory_core.adapters.files.evaluation_sources import FolderSources
+from memory_core.domain.model import Source
 from memory_core.entrypoints.bootstrap import bootstrap
-from memory_core.fixture import load_fixture
-from memory_core.model import Source
-from memory_core.replay import replay
+from memory_core.evaluation.beir import EngineWorkspace, import_beir
+from memory_core.evaluation.fixture import load_fixture
+from memory_core.services.replay import replay
 
 
 def main(home: str, source: str, beir: str) -> int:

@@ -21,10 +21,10 @@ from urllib.parse import urlencode
 
 import pytest
 
+from memory_core.domain.model import Source
 from memory_core.entrypoints.daemon import api, paths
 from memory_core.entrypoints.daemon.client import DaemonClient
 from memory_core.entrypoints.ui.launch import UiInfo, read_ui_info
-from memory_core.model import Source
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-output" / "screenshots"

@@ -158,7 +158,7 @@ def test_runs_page_a_few_at_a_time(page: Any, ui_daemon: UiDaemon) -> None:
 
 
 def test_a_failed_run_shows_its_error(page: Any, ui_daemon: UiDaemon) -> None:
-    from memory_core.errors import ProjectNotIndexed
+    from memory_core.domain.errors import ProjectNotIndexed
 
     with pytest.raises(ProjectNotIndexed) as raised:
         ui_daemon.client.activate_memory(UNINDEXED, "where is the runbook?")
@@ -339,7 +339,7 @@ def test_clear_history_keeps_pinned_runs(page: Any, ui_daemon: UiDaemon) -> None
     expect(page.locator("#notice")).to_contain_text(re.compile(r"Cleared \d+ Run\(s\); kept \d+ pinned"))
     expect(page.locator(f"#runs tr[data-run-id='{loose}']")).to_have_count(0)
     expect(page.locator(f"#runs tr[data-run-id='{pinned}']")).to_contain_text("pinned")
-    from memory_core.recording import RunFilter
+    from memory_core.runs.records import RunFilter
 
     left = ui_daemon.client.list_retrieval_runs(RunFilter(project_id=PROJECT), limit=500).runs
     assert left and all(r.pinned for r in left)

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from memory_core.domain.model import Source
 from memory_core.entrypoints.bootstrap import bootstrap
-from memory_core.model import Source
 
 from .conftest import PROJECT, UiDaemon, shoot
 

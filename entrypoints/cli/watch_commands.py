@@ -1,0 +1,170 @@
+"""The watcher's side of the CLI: a project's health in ``memcore project show`` and
+``memcore index NAME --watch`` (keep a project current in the foreground).
+
+With a daemon running, health is the daemon's (``runtime_status``) and ``index --watch`` follows
+it: the daemon already re-indexes, a second watcher would only race it. Without one,
+``index --watch`` runs the same watcher in this process until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from rich.markup import escape
+
+from memory_core.adapters.files.watcher import DEBOUNCE_MS, STEP_MS, ProjectHealth, ReindexRecord
+from memory_core.entrypoints.cli import render, wire
+
+FOLLOW_POLL_S = 1.0
+WATCH_START_S = 10.0
+
+
+def daemon_health(engine: Any, name: str) -> tuple[bool, ProjectHealth | None]:
+    """(a daemon answers, its health record of ``name``); an embedded engine has neither."""
+    client = getattr(engine, "client", None)
+    if client is None:
+        return False, None
+    status = client.runtime_status()
+    return True, next((h for h in status.projects if h.project_id == name), None)
+
+
+def _when(record: ReindexRecord) -> str:
+    how = f"{record.status} in {record.seconds:.2f} s"
+    if record.status == "built":
+        how += f", {record.embedded} unit(s) embedded of {record.units}"
+    if record.error_code:
+        how += f" ({record.error_code})"
+    return f"{record.finished_at}: {how}, after a {record.trigger} trigger"
+
+
+def health_lines(health: ProjectHealth | None, *, daemon: bool, index_behind: bool | None = None) -> list[str]:
+    """What ``project show`` prints under the project's table."""
+    if not daemon:
+        lines = ["watching: no (no daemon runs: `memcore serve` follows the sources, or "
+                 "`memcore index NAME --watch` in the foreground)"]
+        if index_behind is not None:
+            lines.append("sources: changed since the index was built" if index_behind
+                         else "sources: as the index has them")
+        return lines
+    if health is None:
+        return ["watching: no (the daemon does not follow this project yet)"]
+    mode = {"watching": "yes", "polling": "yes, by polling"}.get(health.state, f"no ({health.state})")
+    lines = [f"watching: {mode}" + ("" if health.healthy else "  [red]unhealthy[/]")]
+    if health.last_change_at:
+        paths = escape(", ".join(health.last_change_paths) or "-")
+        lines.append(f"last change seen: {health.last_change_at} ({paths})")
+    else:
+        lines.append("last change seen: none since the daemon started")
+    last = _when(health.last_reindex) if health.last_reindex else "none since the daemon started"
+    lines.append(f"last re-index: {last}")
+    pending = f"{health.pending_changes} changed path(s)"
+    if health.indexing:
+        pending += f", re-indexing now ({health.progress or 'starting'})"
+    elif health.reindex_pending:
+        pending += ", re-index queued"
+    elif health.state == "source_unavailable" and health.pending_changes:
+        pending += ", re-indexed when the source is back"
+    elif not health.indexed:
+        pending += " (not indexed yet: the first `memcore index` is yours to run)"
+    lines.append(f"pending: {pending}")
+    if health.error is not None:
+        lines.append(escape(f"error: [{health.error.code}] {health.error.message} (since {health.error.at})"))
+    if health.last_error is not None and health.last_error != health.error:
+        last_error = health.last_error
+        lines.append(escape(f"last error: [{last_error.code}] {last_error.message} ({last_error.at})"))
+    return lines
+
+
+def show_health(engine: Any, info: Any, as_json: bool) -> dict[str, Any] | None:
+    """Print (or return, for ``--json``) the project's health."""
+    name = info.project.project_id
+    daemon, health = daemon_health(engine, name)
+    index_behind: bool | None = None
+    live = getattr(engine, "live_memory", None)
+    if not daemon and live is not None and info.generation is not None:
+        try:
+            index_behind = live.effective_memory(info.project).hash != info.generation.effective_memory_hash
+        except Exception:  # a missing source: `memcore index` says why
+            index_behind = None
+    if as_json:
+        return {"daemon": daemon, "health": wire.to_json(health) if health is not None else None,
+                "index_behind": index_behind}
+    out = render.console()
+    for line in health_lines(health, daemon=daemon, index_behind=index_behind):
+        out.print(line)
+    return None
+
+
+# -- memcore index NAME --watch ---------------------------------------------------------------
+def _line(as_json: bool, name: str, record: ReindexRecord) -> None:
+    if record.trigger == "start" and record.status == "unchanged":
+        return  # the start-up check right after our own first index: nothing to say
+    if as_json:
+        sys.stdout.write(json.dumps({"project": name, **wire.to_json(record)}) + "\n")
+    else:
+        render.console().print(escape(f"{name}: re-indexed {_when(record)}"))
+    sys.stdout.flush()
+
+
+def _say_error(name: str, health: ProjectHealth | None, said: Any, as_json: bool) -> Any:
+    """Print the project's current problem once, when it appears; returns what was said."""
+    error = health.error if health is not None else None
+    if error is not None and error != said:
+        if as_json:
+            sys.stdout.write(json.dumps({"project": name, "error": wire.to_json(error)}) + "\n")
+            sys.stdout.flush()
+        else:
+            render.console().print(f"[red]{escape(f'{name}: {error.message}')}[/]")
+    return error
+
+
+def index_watch(engine: Any, args: argparse.Namespace) -> int:
+    """After the first index: follow the sources until Ctrl-C (then exit 0)."""
+    name = args.name
+    out = render.console()
+    sys.stdout.flush()  # the first index's report, before a long wait
+    try:
+        if getattr(engine, "client", None) is not None:
+            return _follow_daemon(engine, name, args.json)
+        from memory_core.adapters.files.watcher import Watcher
+
+        watcher = Watcher(engine, only={name}, on_reindex=lambda pid, rec: _line(args.json, pid, rec))
+        watcher.start()
+        deadline = time.monotonic() + WATCH_START_S
+        while time.monotonic() < deadline and not any(h.watching or h.error for h in watcher.health(name)):
+            time.sleep(0.05)  # say "watching" once the watch is up, not before
+        if not args.json:
+            out.print(f"watching {name}: a change re-indexes after {STEP_MS} ms without another (changes are "
+                      f"grouped for at most {DEBOUNCE_MS} ms); Ctrl-C to stop")
+        said: Any = None
+        try:
+            while True:
+                time.sleep(FOLLOW_POLL_S)
+                said = _say_error(name, next(iter(watcher.health(name)), None), said, args.json)
+        finally:
+            watcher.close()
+    except KeyboardInterrupt:
+        if not args.json:
+            out.print("stopped watching")
+        return 0
+
+
+def _follow_daemon(engine: Any, name: str, as_json: bool) -> int:
+    """The daemon watches already (a second watcher would race it): print its re-indexes of ``name``."""
+    pid = engine.client.runtime_status().pid
+    if not as_json:
+        render.console().print(f"the daemon (pid {pid}) watches {name}; following its re-indexes, Ctrl-C to stop")
+    _, health = daemon_health(engine, name)
+    seen = health.last_reindex if health is not None else None
+    said: Any = None
+    while True:
+        time.sleep(FOLLOW_POLL_S)
+        _, health = daemon_health(engine, name)
+        if health is not None and health.last_reindex is not None and health.last_reindex != seen:
+            seen = health.last_reindex
+            _line(as_json, name, seen)
+        said = _say_error(name, health, said, as_json)

@@ -1,0 +1,390 @@
+"""BEIR-layout collections as Evaluation Sets (``memcore eval import-beir``).
+
+A BEIR folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl`` (``_id``,
+``text``) and ``qrels/<split>.tsv`` (``query-id``, ``corpus-id``, ``score``, with a header). The
+import reads and checks all of it first (a malformed line or an unknown id is an
+``InvalidBeirCollection`` naming file and line; nothing is written), then:
+
+1. writes one markdown resource per document, ``<doc id>.md`` = ``# <title>\\n\\n<text>`` (the
+   title's whitespace collapsed; the text alone when the title is empty; the same files as
+   ``benchmarks/cranfield_quality.py``), as the only source of the project, and indexes it (a
+   no-op when unchanged);
+2. runs every query of the split through the real pipeline (one Run each) and freezes each Run as
+   a case with provenance ``beir_import`` and resource judgments from the qrels (version 1).
+
+Case ids are ``beir-<project>-<query id>``, so an interrupted import resumes where it stopped:
+existing cases are kept, the rest are made.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import attrs
+
+from memory_core.domain.canonical import is_utf8_text
+from memory_core.domain.errors import InvalidRequest, ProjectNotFound, StorageUnavailable
+from memory_core.domain.evaluation_errors import EvaluationCaseNotFound, EvaluationImportConflict, InvalidBeirCollection
+from memory_core.domain.model import Source, validate_project_id
+from memory_core.evaluation.cases import (
+    BEIR_IMPORT,
+    CASE_ID_RE,
+    Case,
+    EvaluationService,
+    Judgment,
+)
+from memory_core.evaluation.metrics import MAX_RELEVANCE, RankedItem
+from memory_core.evaluation.report import Report
+from memory_core.retrieval.profile import MAX_QUERY_CHARS
+from memory_core.services.engine import Engine
+from memory_core.services.indexing import Progress
+
+SUFFIX = ".md"
+MAX_DOC_ID_CHARS = 200
+
+
+def no_progress(stage: str, done: int, total: int) -> None:
+    return None
+
+
+# -- workspaces: where the pipeline runs ----------------------------------------------------------
+
+
+@attrs.frozen
+class Prepared:
+    """What a Workspace indexed: its Effective Memory (resource_id -> resource_hash) and the
+    scan's warnings (why a file was left out)."""
+
+    resources: Mapping[str, str]
+    warnings: tuple[str, ...] = ()
+
+
+class Workspace(Protocol):
+    """A place to index resources as a project and run queries over it."""
+
+    def prepare(self, project_id: str, files: Mapping[str, bytes], progress: Progress = no_progress) -> Prepared:
+        """Make ``project_id``'s only source hold exactly ``files`` (resource_id -> body); index it."""
+        ...
+
+    def activate(self, project_id: str, query: str) -> str:
+        """Run the query through the pipeline; the recorded Run's id."""
+        ...
+
+    def rank(self, project_id: str, query: str) -> list[RankedItem]:
+        """Run the query; the final order (B4) as ranked items."""
+        ...
+
+
+WriteSource = Callable[[str, Mapping[str, bytes]], Source]
+
+
+@attrs.frozen
+class EngineWorkspace:
+    """A Workspace over an Engine. ``write_source(project_id, files)`` puts the files where the
+    engine's scanner reads them and returns that Source (a folder for the real engine:
+    ``memory_core.adapters.files.evaluation_sources.FolderSources``)."""
+
+    engine: Engine
+    write_source: WriteSource
+
+    def prepare(self, project_id: str, files: Mapping[str, bytes], progress: Progress = no_progress) -> Prepared:
+        source = self.write_source(project_id, files)
+        try:
+            project = self.engine.show_project(project_id).project
+        except ProjectNotFound:
+            self.engine.add_project(project_id, [source])
+        else:
+            if project.sources != (source,):
+                raise InvalidRequest(
+                    f"project {project_id!r} exists with other sources; choose another project name",
+                    project=project_id,
+                )
+        report = self.engine.index(project_id, progress=progress)
+        entries = self.engine.manifests.get_manifest(report.effective_memory_hash)
+        return Prepared({e.resource_id: e.resource_hash for e in entries}, report.warnings)
+
+    def activate(self, project_id: str, query: str) -> str:
+        run_id = self.engine.activate(project_id, query).response.run_id
+        if not run_id:
+            raise StorageUnavailable("the activation was not recorded as a Run (is history enabled and writable?)")
+        return run_id
+
+    def rank(self, project_id: str, query: str) -> list[RankedItem]:
+        activation = self.engine.activate(project_id, query)
+        return [RankedItem(c.unit.unit_id, c.unit.resource_id, c.unit.resource_hash) for c in activation.candidates]
+
+
+# -- reading a collection -------------------------------------------------------------------------
+
+
+@attrs.frozen
+class BeirDocument:
+    doc_id: str
+    title: str
+    text: str
+
+    @property
+    def resource_id(self) -> str:
+        return resource_id_for(self.doc_id)
+
+    def markdown(self) -> bytes:
+        title = " ".join(self.title.split())
+        return (f"# {title}\n\n{self.text}" if title else self.text).encode("utf-8")
+
+
+def resource_id_for(doc_id: str) -> str:
+    return f"{doc_id}{SUFFIX}"
+
+
+def _doc_id_problem(doc_id: str) -> str | None:
+    if not doc_id or len(doc_id) > MAX_DOC_ID_CHARS:
+        return f"must be 1-{MAX_DOC_ID_CHARS} characters"
+    if doc_id.startswith(".") or any(ch in doc_id for ch in "/\\\0") or not doc_id.isprintable():
+        return "must be a plain file name (no '/', '\\', leading '.' or control characters)"
+    return None
+
+
+@attrs.frozen
+class BeirCollection:
+    documents: tuple[BeirDocument, ...]
+    queries: Mapping[str, str]  # in queries.jsonl order
+    qrels: Mapping[str, Mapping[str, int]]  # query id -> doc id -> relevance
+    split: str
+
+    @classmethod
+    def read(cls, folder: str | Path, split: str = "test") -> BeirCollection:
+        root = Path(folder)
+        if not split or not all(ch.isalnum() or ch in "-_." for ch in split) or split.startswith("."):
+            raise InvalidBeirCollection(f"invalid split name {split!r}", place=str(root))
+        documents = _read_corpus(root / "corpus.jsonl")
+        queries = _read_queries(root / "queries.jsonl")
+        doc_ids = {d.doc_id for d in documents}
+        qrels = _read_qrels(root / "qrels" / f"{split}.tsv", set(queries), doc_ids)
+        return cls(documents, queries, qrels, split)
+
+    def files(self) -> dict[str, bytes]:
+        return {d.resource_id: d.markdown() for d in self.documents}
+
+    def split_queries(self) -> list[tuple[str, str]]:
+        """(query id, text) of the queries the split judges, in queries.jsonl order."""
+        return [(q, text) for q, text in self.queries.items() if q in self.qrels]
+
+
+def _lines(path: Path) -> list[tuple[int, str]]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InvalidBeirCollection("file is missing", place=str(path)) from None
+    except OSError as exc:
+        raise InvalidBeirCollection(f"cannot read: {exc.strerror or exc}", place=str(path)) from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidBeirCollection(f"not UTF-8 (byte {exc.start})", place=str(path)) from None
+    return [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+
+
+def _json_lines(path: Path, fields: Mapping[str, bool]) -> list[tuple[str, dict[str, Any]]]:
+    """(place, object) per line; ``fields``: name -> required (each must be a string)."""
+    out = []
+    for n, line in _lines(path):
+        place = f"{path}:{n}"
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError) as exc:  # RecursionError: a line nested too deep
+            raise InvalidBeirCollection(f"malformed JSON line: {exc}", place=place) from None
+        if not isinstance(obj, dict):
+            raise InvalidBeirCollection("a line must be a JSON object", place=place)
+        for name, required in fields.items():
+            if name not in obj:
+                if required:
+                    raise InvalidBeirCollection(f"missing field {name!r}", place=place)
+                continue
+            if not isinstance(obj[name], str):
+                raise InvalidBeirCollection(f"field {name!r} must be a string", place=place)
+            if not is_utf8_text(obj[name]):  # "\ud800" is valid JSON, but no file or row can hold it
+                raise InvalidBeirCollection(f"field {name!r} holds a lone surrogate, not UTF-8 text", place=place)
+        out.append((place, obj))
+    return out
+
+
+def _read_corpus(path: Path) -> tuple[BeirDocument, ...]:
+    docs: dict[str, BeirDocument] = {}
+    for place, obj in _json_lines(path, {"_id": True, "title": False, "text": True}):
+        doc_id = obj["_id"]
+        problem = _doc_id_problem(doc_id)
+        if problem:
+            raise InvalidBeirCollection(f"document id {doc_id!r} {problem}", place=place)
+        if doc_id in docs:
+            raise InvalidBeirCollection(f"duplicate document id {doc_id!r}", place=place)
+        docs[doc_id] = BeirDocument(doc_id, obj.get("title", ""), obj["text"])
+    if not docs:
+        raise InvalidBeirCollection("no documents", place=str(path))
+    return tuple(docs.values())
+
+
+def _read_queries(path: Path) -> dict[str, str]:
+    queries: dict[str, str] = {}
+    for place, obj in _json_lines(path, {"_id": True, "text": True}):
+        qid, text = obj["_id"], obj["text"].strip()
+        if not qid:
+            raise InvalidBeirCollection("empty query id", place=place)
+        if qid in queries:
+            raise InvalidBeirCollection(f"duplicate query id {qid!r}", place=place)
+        if not text or len(text) > MAX_QUERY_CHARS:
+            raise InvalidBeirCollection(f"query text must be 1-{MAX_QUERY_CHARS} characters", place=place)
+        queries[qid] = text
+    return queries
+
+
+def _read_qrels(path: Path, query_ids: set[str], doc_ids: set[str]) -> dict[str, dict[str, int]]:
+    qrels: dict[str, dict[str, int]] = {}
+    rows = _lines(path)
+    if not rows:
+        raise InvalidBeirCollection("no judgments", place=str(path))
+    header_n, header = rows[0]
+    if [h.strip() for h in header.split("\t")] != ["query-id", "corpus-id", "score"]:
+        raise InvalidBeirCollection("header must be 'query-id<TAB>corpus-id<TAB>score'", place=f"{path}:{header_n}")
+    for n, line in rows[1:]:
+        place = f"{path}:{n}"
+        fields = next(csv.reader(io.StringIO(line), delimiter="\t"))
+        if len(fields) != 3:
+            raise InvalidBeirCollection(f"expected 3 tab-separated fields, got {len(fields)}", place=place)
+        qid, doc_id, score = (f.strip() for f in fields)
+        if qid not in query_ids:
+            raise InvalidBeirCollection(f"unknown query id {qid!r}", place=place)
+        if doc_id not in doc_ids:
+            raise InvalidBeirCollection(f"unknown corpus id {doc_id!r}", place=place)
+        try:
+            relevance = int(score)
+        except ValueError:
+            raise InvalidBeirCollection(f"score {score!r} is not an integer", place=place) from None
+        if not 0 <= relevance <= MAX_RELEVANCE:
+            raise InvalidBeirCollection(f"score {relevance} is outside 0-{MAX_RELEVANCE}", place=place)
+        judged = qrels.setdefault(qid, {})
+        if doc_id in judged:
+            raise InvalidBeirCollection(f"duplicate judgment of {doc_id!r} for query {qid!r}", place=place)
+        judged[doc_id] = relevance
+    return qrels
+
+
+# -- importing ------------------------------------------------------------------------------------
+
+
+def beir_case_id(project_id: str, query_id: str) -> str:
+    candidate = f"beir-{project_id}-{query_id}"
+    if CASE_ID_RE.match(candidate):
+        return candidate
+    return f"beir-{project_id}-{hashlib.sha256(query_id.encode()).hexdigest()[:16]}"
+
+
+@attrs.frozen
+class BeirImportResult:
+    project_id: str
+    split: str
+    case_ids: tuple[str, ...]
+    created: int
+    resumed: int  # cases that existed already (an earlier, interrupted import)
+    dropped_judgments: int  # qrels naming a document the scanner skipped (not in the corpus)
+    report: Report
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "project_id": self.project_id,
+            "split": self.split,
+            "cases": len(self.case_ids),
+            "created": self.created,
+            "resumed": self.resumed,
+            "dropped_judgments": self.dropped_judgments,
+            "report": self.report.to_dict(),
+        }
+
+
+def import_beir(
+    service: EvaluationService,
+    workspace: Workspace,
+    folder: str | Path,
+    project_id: str,
+    *,
+    split: str = "test",
+    reviewed: bool = False,
+    progress: Progress = no_progress,
+) -> BeirImportResult:
+    """Import a BEIR folder as project ``project_id`` and one case per query of ``split``.
+
+    ``reviewed``: mark the qrels as reviewed by a person (only reviewed cases may gate).
+    """
+    validate_project_id(project_id)
+    collection = BeirCollection.read(folder, split)  # every check before anything is written
+    workspace.prepare(project_id, collection.files(), progress)
+    queries = collection.split_queries()
+    in_corpus: dict[str, frozenset[str]] = {}
+    case_ids: list[str] = []
+    created = resumed = dropped = 0
+    for done, (qid, text) in enumerate(queries, start=1):
+        case_id = beir_case_id(project_id, qid)
+        case_ids.append(case_id)
+        existing = _existing(service, case_id)
+        if existing is not None:
+            if existing.query != text or existing.project_id != project_id:
+                raise EvaluationImportConflict(
+                    f"case {case_id!r} exists with another query or project", case_id=case_id
+                )
+            resumed += 1
+            progress("cases", done, len(queries))
+            continue
+        run_id = workspace.activate(project_id, text)
+        resources = _corpus_resources(service, run_id, in_corpus)
+        judgments = []
+        for doc_id, relevance in collection.qrels[qid].items():
+            resource_id = resource_id_for(doc_id)
+            if resources is not None and resource_id not in resources:
+                dropped += 1
+                continue
+            judgments.append(Judgment.resource(resource_id, relevance))
+        service.create_case(run_id, case_id=case_id, provenance=BEIR_IMPORT, judgments=judgments, reviewed=reviewed)
+        created += 1
+        progress("cases", done, len(queries))
+    report = service.report(case_ids=case_ids)
+    return BeirImportResult(project_id, split, tuple(case_ids), created, resumed, dropped, report)
+
+
+def _existing(service: EvaluationService, case_id: str) -> Case | None:
+    try:
+        return service.get_case(case_id)
+    except EvaluationCaseNotFound:
+        return None
+
+
+def _corpus_resources(
+    service: EvaluationService, run_id: str, cache: dict[str, frozenset[str]]
+) -> frozenset[str] | None:
+    """Resource ids of the Run's Effective Memory (None when unknown: create_case will say so)."""
+    manifest_hash = service.runs.get_run(run_id).summary.effective_memory_hash
+    if manifest_hash is None:
+        return None
+    if manifest_hash not in cache:
+        entries = service.runs.run_manifest(manifest_hash)
+        if entries is None:
+            return None
+        cache[manifest_hash] = frozenset(e.resource_id for e in entries)
+    return cache[manifest_hash]
+
+
+__all__ = [
+    "BeirCollection",
+    "BeirDocument",
+    "BeirImportResult",
+    "EngineWorkspace",
+    "Prepared",
+    "Workspace",
+    "beir_case_id",
+    "import_beir",
+    "resource_id_for",
+]

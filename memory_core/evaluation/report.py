@@ -1,0 +1,446 @@
+"""The benchmark report over Evaluation Cases: B1-B4 at unit and resource level (brief §7).
+
+Pure functions over frozen traces, judgments and corpora. Conventions (also exported in every
+fixture as ``metric_conventions``):
+
+- Variants rank the same source trace four ways: B1 ``lexical_rank`` (exact matches, then BM25),
+  B2 ``dense_rank``, B3 ``rrf_rank``, B4 ``final_rank``. A candidate without a rank in that stage
+  is absent from B1 and B2.
+- Recall@20, nDCG@10 and MRR follow ``memory_core.evaluation.metrics`` at both levels; a case without any
+  relevant item is excluded from their means and counted (``excluded``). Resource Diversity@10,
+  Scope Violation@20 and Stale Result@20 need no judgment: every case with a non-empty ranking
+  counts. At resource level they are taken over the resource ranking (first unit of each resource).
+- Latency: warm Runs only; nearest-rank p50/p95 per stage and per variant, a variant's latency
+  being the sum of the stages it needs (``Variant.stages``) in each Run.
+- B4 is compared with B1-B3 on nDCG@10 over the judged cases: mean difference, paired percentile
+  bootstrap 95 % interval and a paired sign-flip randomization p-value (seeded, deterministic).
+  Under ``MIN_CASES_FOR_INTERVAL`` paired cases the interval and p-value are null and
+  ``interval_reason`` says why: with n cases the sign-flip p cannot go below 2^(1-n), so under 6
+  it can never reach 0.05, and a bootstrap of one case is a zero-width "interval".
+- Missed evidence: every resource of relevance >= 1 (resource level) that the source Run did not
+  select gets one category, the first that applies:
+  ``never_retrieved`` (no unit in the fused recall set), ``lost_in_fusion`` (ranked by a stage but
+  no unit inside the rerank window), ``demoted_by_reranker`` (a unit inside the window would have
+  been reached in RRF order, i.e. its RRF rank is within the selection depth D = the last selected
+  final rank, but the reranker moved all its units below D), ``cut_at_selection`` (otherwise,
+  with the exclusion code of its best-ranked unit).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from memory_core.evaluation.metrics import (
+    DEFAULT_BOOTSTRAP_RESAMPLES,
+    Judgments,
+    MetricLevel,
+    RankedItem,
+    grade,
+    mrr,
+    ndcg_at,
+    paired_bootstrap,
+    paired_randomization_p,
+    percentile_nearest_rank,
+    recall_at,
+    resource_diversity_at,
+    resource_ranking,
+    scope_violation_at,
+    stale_result_at,
+    summarize,
+)
+from memory_core.runs.records import CandidateRecord
+
+REPORT_VERSION = 1
+MIN_CASES_FOR_INTERVAL = 6  # the fewest paired cases whose sign-flip p can fall below 0.05 (2^(1-n))
+SELECTED = "selected"
+
+
+@attrs.frozen
+class Variant:
+    name: str
+    label: str
+    rank_field: str
+    stages: tuple[str, ...]
+
+
+_LEXICAL = ("exact", "bm25")
+_DENSE = ("embed_query", "dense")
+VARIANTS = (
+    Variant("b1_bm25", "B1", "lexical_rank", _LEXICAL),
+    Variant("b2_dense_vector", "B2", "dense_rank", _DENSE),
+    Variant("b3_hybrid_rrf", "B3", "rrf_rank", (*_LEXICAL, *_DENSE, "fusion")),
+    Variant("b4_reranked", "B4", "final_rank", (*_LEXICAL, *_DENSE, "fusion", "rerank")),
+)
+BASELINE = VARIANTS[3]
+VARIANT_NAMES = tuple(v.name for v in VARIANTS)
+LEVELS = (MetricLevel.UNIT, MetricLevel.RESOURCE)
+
+RECALL, NDCG, MRR = "recall@20", "ndcg@10", "mrr"
+DIVERSITY, SCOPE, STALE = "resource_diversity@10", "scope_violation@20", "stale_result@20"
+METRICS = (RECALL, NDCG, MRR, DIVERSITY, SCOPE, STALE)
+JUDGED_METRICS = (RECALL, NDCG, MRR)
+
+NEVER_RETRIEVED = "never_retrieved"
+LOST_IN_FUSION = "lost_in_fusion"
+DEMOTED_BY_RERANKER = "demoted_by_reranker"
+CUT_AT_SELECTION = "cut_at_selection"
+MISSED_CATEGORIES = (NEVER_RETRIEVED, LOST_IN_FUSION, DEMOTED_BY_RERANKER, CUT_AT_SELECTION)
+
+BOOTSTRAP_SEED = 0
+
+METRIC_CONVENTIONS: dict[str, Any] = {
+    "levels": {
+        "unit": "ranking items are units; a unit earns its own judgment, else its resource's judgment "
+        "once per resource; relevant items = judged units >= 1 plus judged resources >= 1 none of whose "
+        "units has its own judgment >= 1",
+        "resource": "first unit of each resource; relevance = max(resource judgment, its units' judgments)",
+    },
+    "unjudged_relevance": 0,
+    "recall@20": "relevant items earned in the top 20 / all relevant items",
+    "ndcg@10": "linear gain = relevance, discount log2(rank + 1), ideal from all judged items",
+    "mrr": "1 / rank of the first item earning relevance >= 1, 0 if none",
+    "cases_without_relevant_items": "excluded from recall, nDCG and MRR means, and counted",
+    "resource_diversity@10": "distinct resources in the top 10 / items in the top 10",
+    "scope_violation@20": "share of the top 20 whose resource is absent from the frozen corpus",
+    "stale_result@20": "share of the top 20 whose resource is in the corpus under a different recorded hash",
+    "variants": {v.name: {"label": v.label, "rank": v.rank_field, "stages": list(v.stages)} for v in VARIANTS},
+    "absent_rank": "a candidate without a rank in a variant's stage is absent from that variant",
+    "latency": "warm Runs only; nearest-rank p50 and p95 in ms; a variant sums the stages it needs",
+    "comparison": {
+        "baseline": BASELINE.name,
+        "metric": NDCG,
+        "bootstrap": "paired percentile bootstrap, 95 %",
+        "randomization": "paired sign-flip test, two-sided",
+        "resamples": DEFAULT_BOOTSTRAP_RESAMPLES,
+        "seed": BOOTSTRAP_SEED,
+        "min_cases_for_interval": MIN_CASES_FOR_INTERVAL,
+    },
+    "missed_evidence": list(MISSED_CATEGORIES),
+}
+
+
+# -- one case -------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class CaseInput:
+    """What the report needs of one case: its frozen trace, judgments and corpus hashes."""
+
+    case_id: str
+    candidates: tuple[CandidateRecord, ...]
+    latency_ms: Mapping[str, float]
+    warm: bool
+    judgments: Judgments
+    corpus_hashes: Mapping[str, str]  # resource_id -> frozen resource hash
+
+
+def variant_ranking(candidates: Iterable[CandidateRecord], variant: Variant) -> list[RankedItem]:
+    """The units a variant ranks, in its order; a candidate without that stage's rank is absent."""
+    ranked = [c for c in candidates if getattr(c, variant.rank_field) is not None]
+    ranked.sort(key=lambda c: (getattr(c, variant.rank_field), c.final_rank))
+    return [RankedItem(c.unit_id, c.resource_id, c.resource_hash) for c in ranked]
+
+
+def ranking_metrics(
+    ranking: Sequence[RankedItem], judgments: Judgments, corpus_hashes: Mapping[str, str], level: MetricLevel
+) -> dict[str, float | None]:
+    """The six metrics of one ranking at one level."""
+    graded = grade(ranking, judgments, level)
+    items = list(ranking) if level is MetricLevel.UNIT else resource_ranking(ranking)
+    return {
+        RECALL: recall_at(graded, 20),
+        NDCG: ndcg_at(graded, 10),
+        MRR: mrr(graded),
+        DIVERSITY: resource_diversity_at(items, 10),
+        SCOPE: scope_violation_at(items, corpus_hashes, 20),
+        STALE: stale_result_at(items, corpus_hashes, 20),
+    }
+
+
+CaseMetrics = dict[str, dict[str, dict[str, float | None]]]  # level -> variant -> metric -> value
+
+
+def case_metrics(case: CaseInput) -> CaseMetrics:
+    out: CaseMetrics = {}
+    for level in LEVELS:
+        out[level.value] = {
+            v.name: ranking_metrics(variant_ranking(case.candidates, v), case.judgments, case.corpus_hashes, level)
+            for v in VARIANTS
+        }
+    return out
+
+
+# -- missed evidence ------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class MissedEvidence:
+    """A relevant resource the source Run did not select, and where it was lost."""
+
+    case_id: str
+    resource_id: str
+    relevance: int
+    category: str
+    exclusion_code: str | None
+    best_lexical_rank: int | None
+    best_dense_rank: int | None
+    best_rrf_rank: int | None
+    best_rerank_rank: int | None
+    best_final_rank: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def _best(values: Iterable[int | None]) -> int | None:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def missed_evidence(case_id: str, candidates: Sequence[CandidateRecord], judgments: Judgments) -> list[MissedEvidence]:
+    """Attribution for every relevant resource not selected (categories in the module docstring)."""
+    relevant = {r: rel for r, rel in judgments.resource_relevance().items() if rel >= 1}
+    by_resource: dict[str, list[CandidateRecord]] = {}
+    for c in candidates:
+        by_resource.setdefault(c.resource_id, []).append(c)
+    selected = {c.resource_id for c in candidates if c.disposition == SELECTED}
+    depth = max((c.final_rank for c in candidates if c.disposition == SELECTED), default=0)
+    out: list[MissedEvidence] = []
+    for resource_id in sorted(relevant, key=lambda r: (-relevant[r], r)):
+        if resource_id in selected:
+            continue
+        units = by_resource.get(resource_id, [])
+        window = [c for c in units if c.rerank_rank is not None]
+        code: str | None = None
+        if not units:
+            category = NEVER_RETRIEVED
+        elif not window:
+            category = LOST_IN_FUSION
+        elif min(c.rrf_rank for c in window) <= depth < min(c.final_rank for c in window):
+            category = DEMOTED_BY_RERANKER
+        else:
+            category = CUT_AT_SELECTION
+            code = min(units, key=lambda c: c.final_rank).exclusion_code
+        out.append(
+            MissedEvidence(
+                case_id=case_id,
+                resource_id=resource_id,
+                relevance=relevant[resource_id],
+                category=category,
+                exclusion_code=code,
+                best_lexical_rank=_best(c.lexical_rank for c in units),
+                best_dense_rank=_best(c.dense_rank for c in units),
+                best_rrf_rank=_best(c.rrf_rank for c in units),
+                best_rerank_rank=_best(c.rerank_rank for c in units),
+                best_final_rank=_best(c.final_rank for c in units),
+            )
+        )
+    return out
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class MetricSummary:
+    mean: float | None
+    counted: int
+    excluded: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mean": self.mean, "counted": self.counted, "excluded": self.excluded}
+
+
+@attrs.frozen
+class Comparison:
+    """B4 minus another variant on nDCG@10 over the judged cases."""
+
+    variant: str
+    other: str
+    metric: str
+    cases: int
+    mean_diff: float | None
+    ci95_low: float | None
+    ci95_high: float | None
+    p_value: float | None
+    interval_reason: str | None = attrs.field(default=None, metadata={"schema": {
+        "description": "why ci95_low, ci95_high and p_value are null (too few paired cases); null when given"}})
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class LevelReport:
+    judged_cases: int
+    unjudged_cases: int
+    variants: Mapping[str, Mapping[str, MetricSummary]]
+    comparisons: tuple[Comparison, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "judged_cases": self.judged_cases,
+            "unjudged_cases": self.unjudged_cases,
+            "variants": {v: {m: s.to_dict() for m, s in ms.items()} for v, ms in self.variants.items()},
+            "comparisons": [c.to_dict() for c in self.comparisons],
+        }
+
+
+@attrs.frozen
+class Percentiles:
+    p50: float | None
+    p95: float | None
+    runs: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"p50": self.p50, "p95": self.p95, "runs": self.runs}
+
+
+@attrs.frozen
+class LatencyReport:
+    warm_runs: int
+    cold_runs: int
+    stages: Mapping[str, Percentiles]
+    variants: Mapping[str, Percentiles]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "warm_runs": self.warm_runs,
+            "cold_runs": self.cold_runs,
+            "stages": {s: p.to_dict() for s, p in self.stages.items()},
+            "variants": {v: p.to_dict() for v, p in self.variants.items()},
+        }
+
+
+@attrs.frozen
+class Report:
+    """The benchmark report of a set of cases (``to_dict`` is the JSON document)."""
+
+    project_id: str | None
+    case_count: int
+    reviewed_cases: int
+    levels: Mapping[str, LevelReport]
+    latency: LatencyReport
+    missed: tuple[MissedEvidence, ...]
+    per_case: Mapping[str, CaseMetrics]
+
+    def level(self, level: MetricLevel | str) -> LevelReport:
+        return self.levels[level.value if isinstance(level, MetricLevel) else level]
+
+    def mean(self, level: MetricLevel | str, variant: str, metric: str) -> float | None:
+        return self.level(level).variants[variant][metric].mean
+
+    def missed_counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(MISSED_CATEGORIES, 0)
+        for m in self.missed:
+            counts[m.category] += 1
+        return counts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "report_version": REPORT_VERSION,
+            "project_id": self.project_id,
+            "cases": self.case_count,
+            "reviewed_cases": self.reviewed_cases,
+            "levels": {name: lr.to_dict() for name, lr in self.levels.items()},
+            "latency_ms": self.latency.to_dict(),
+            "missed_evidence": {
+                "counts": self.missed_counts(),
+                "items": [m.to_dict() for m in self.missed],
+            },
+            "per_case": {
+                case_id: {
+                    level: {v: {m: values[m] for m in JUDGED_METRICS} for v, values in variants.items()}
+                    for level, variants in metrics.items()
+                }
+                for case_id, metrics in self.per_case.items()
+            },
+        }
+
+
+def too_few_cases(n: int) -> str:
+    return f"n={n}: too few paired cases for an interval or p-value (needs {MIN_CASES_FOR_INTERVAL})"
+
+
+def _comparisons(per_case: Mapping[str, CaseMetrics], level: str, resamples: int) -> tuple[Comparison, ...]:
+    judged = [m for m in per_case.values() if m[level][BASELINE.name][NDCG] is not None]
+    out = []
+    for other in VARIANTS[:3]:
+        if not judged:
+            out.append(Comparison(BASELINE.name, other.name, NDCG, 0, None, None, None, None, "no judged case"))
+            continue
+        a = [float(m[level][BASELINE.name][NDCG] or 0.0) for m in judged]
+        b = [float(m[level][other.name][NDCG] or 0.0) for m in judged]
+        if len(a) < MIN_CASES_FOR_INTERVAL:
+            mean_diff = math.fsum(x - y for x, y in zip(a, b, strict=True)) / len(a)
+            reason = too_few_cases(len(a))
+            out.append(Comparison(BASELINE.name, other.name, NDCG, len(a), mean_diff, None, None, None, reason))
+            continue
+        interval = paired_bootstrap(a, b, resamples=resamples, seed=BOOTSTRAP_SEED)
+        p = paired_randomization_p(a, b, resamples=resamples, seed=BOOTSTRAP_SEED)
+        out.append(Comparison(BASELINE.name, other.name, NDCG, len(a), *interval, p))
+    return tuple(out)
+
+
+def _percentiles(values: Sequence[float]) -> Percentiles:
+    return Percentiles(percentile_nearest_rank(values, 50), percentile_nearest_rank(values, 95), len(values))
+
+
+def latency_report(cases: Sequence[CaseInput]) -> LatencyReport:
+    warm = [c for c in cases if c.warm]
+    stage_values: dict[str, list[float]] = {}
+    for c in warm:
+        for stage, ms in c.latency_ms.items():
+            stage_values.setdefault(stage, []).append(float(ms))
+    variant_values: dict[str, list[float]] = {v.name: [] for v in VARIANTS}
+    for c in warm:
+        for v in VARIANTS:
+            if all(s in c.latency_ms for s in v.stages):
+                variant_values[v.name].append(math.fsum(float(c.latency_ms[s]) for s in v.stages))
+    return LatencyReport(
+        warm_runs=len(warm),
+        cold_runs=len(cases) - len(warm),
+        stages={s: _percentiles(vals) for s, vals in sorted(stage_values.items())},
+        variants={name: _percentiles(vals) for name, vals in variant_values.items()},
+    )
+
+
+def build_report(
+    cases: Sequence[CaseInput],
+    *,
+    project_id: str | None = None,
+    reviewed_cases: int = 0,
+    resamples: int = DEFAULT_BOOTSTRAP_RESAMPLES,
+) -> Report:
+    per_case = {c.case_id: case_metrics(c) for c in cases}
+    levels: dict[str, LevelReport] = {}
+    for level in LEVELS:
+        name = level.value
+        variants = {
+            v.name: {
+                metric: MetricSummary(*attrs.astuple(summarize(m[name][v.name][metric] for m in per_case.values())))
+                for metric in METRICS
+            }
+            for v in VARIANTS
+        }
+        judged = variants[BASELINE.name][NDCG]
+        levels[name] = LevelReport(
+            judged_cases=judged.counted,
+            unjudged_cases=judged.excluded,
+            variants=variants,
+            comparisons=_comparisons(per_case, name, resamples),
+        )
+    missed = tuple(m for c in cases for m in missed_evidence(c.case_id, c.candidates, c.judgments))
+    return Report(
+        project_id=project_id,
+        case_count=len(cases),
+        reviewed_cases=reviewed_cases,
+        levels=levels,
+        latency=latency_report(cases),
+        missed=missed,
+        per_case=per_case,
+    )

@@ -1,0 +1,117 @@
+"""Exact identity stage: query terms that name a unit rank it first (brief §4.2).
+
+Identity keys come from what names a unit, never from its body: the resource path, the file
+name, identifiers in the path, title or headings (``ADR-0042``, ``snake_case``, ``CamelCase``,
+``deploy/values.yaml``), and multi-word title and heading slugs. Keys must be specific enough
+never to fire on ordinary words or bare numbers, so a bare file stem such as ``5`` or
+``rollback`` is not a key, identifiers need an upper-case prefix (``ADR-``) or an inner
+separator, and slugs need several words.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+
+import attrs
+
+from memory_core.domain.model import Unit
+
+# Specificity weights: a more specific key ranks its units higher.
+PATH, FILE_NAME, IDENTIFIER, SLUG = 5, 4, 3, 2
+
+_TICKET = re.compile(r"\b[A-Z][A-Z0-9]{1,9}-\d+\b")  # ADR-0042, INC-7 (upper-case prefix only)
+_SNAKE = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b")
+_CAMEL = re.compile(r"\b[A-Za-z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b|\b[A-Z]{2,}[a-z]+[A-Za-z0-9]*\b")
+_PATHLIKE = re.compile(r"[A-Za-z0-9_][\w-]*(?:[/.][\w-]+)+")
+_WORD = re.compile(r"[0-9a-z]+")
+_QUERY_TOKEN = re.compile(r"[^\s`'\"()\[\]{}<>,;!?]+")
+MIN_SLUG_WORDS = 3
+MAX_SLUG_WORDS = 12
+
+REVISION = "exact-identity-v1"
+
+
+def slug_words(text: str) -> list[str]:
+    return _WORD.findall(text.casefold())
+
+
+def _identifiers(text: str) -> set[str]:
+    found = {m.group(0) for pattern in (_TICKET, _SNAKE, _CAMEL) for m in pattern.finditer(text)}
+    found |= {m.group(0).strip("./-") for m in _PATHLIKE.finditer(text) if re.search(r"[A-Za-z]", m.group(0))}
+    return {f.casefold() for f in found if len(f) >= 3}
+
+
+def _file_name_keys(resource_id: str) -> set[str]:
+    name = resource_id.rsplit("/", 1)[-1]
+    keys = {name.casefold()} if "." in name else set()
+    stem = name.rsplit(".", 1)[0]
+    # A bare stem is a key only when it cannot be an ordinary word or a number.
+    if re.search(r"[-_]", stem) and re.search(r"[A-Za-z]", stem) or _identifiers(stem):
+        keys.add(stem.casefold())
+    return keys
+
+
+@attrs.frozen
+class ExactMatch:
+    unit_id: str
+    score: float
+
+
+class ExactIndex:
+    """Identity keys of a generation's units, looked up per query term and n-gram."""
+
+    def __init__(self, units: Sequence[Unit]) -> None:
+        self._order = {u.unit_id: i for i, u in enumerate(units)}
+        self._keys: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        by_resource: dict[str, list[Unit]] = defaultdict(list)
+        for unit in units:
+            by_resource[unit.resource_id].append(unit)
+        for resource_id, resource_units in by_resource.items():
+            title = next((u.heading_path[0] for u in resource_units if u.heading_path), "")
+            resource_keys: dict[str, int] = {}
+            path = resource_id.casefold()
+            resource_keys[path] = PATH
+            if "/" in path and "." in path.rsplit("/", 1)[-1]:
+                resource_keys.setdefault(path.rsplit(".", 1)[0], PATH)
+            for key in _file_name_keys(resource_id):
+                resource_keys.setdefault(key, FILE_NAME)
+            for key in _identifiers(resource_id) | _identifiers(title):
+                resource_keys.setdefault(key, IDENTIFIER)
+            title_words = slug_words(title)
+            if MIN_SLUG_WORDS <= len(title_words) <= MAX_SLUG_WORDS:
+                resource_keys.setdefault("-".join(title_words), SLUG)
+            for unit in resource_units:
+                unit_keys = dict(resource_keys)
+                for heading in unit.heading_path[1:]:
+                    for key in _identifiers(heading):
+                        unit_keys.setdefault(key, IDENTIFIER)
+                    words = slug_words(heading)
+                    if MIN_SLUG_WORDS <= len(words) <= MAX_SLUG_WORDS:
+                        unit_keys.setdefault("-".join(words), SLUG)
+                for key, weight in unit_keys.items():
+                    self._keys[key].append((unit.unit_id, weight))
+
+    def _query_keys(self, query: str) -> set[str]:
+        keys = set()
+        for token in _QUERY_TOKEN.findall(query):
+            token = token.strip(".:-/").casefold()
+            if token:
+                keys.add(token)
+        keys |= _identifiers(query)
+        words = slug_words(query)
+        for n in range(MIN_SLUG_WORDS, min(MAX_SLUG_WORDS, len(words)) + 1):
+            for i in range(len(words) - n + 1):
+                keys.add("-".join(words[i : i + n]))
+        return keys
+
+    def search(self, query: str) -> list[ExactMatch]:
+        """Matching units, most specific first; ties by the number of keys, then unit order."""
+        best: dict[str, tuple[int, int]] = {}
+        for key in self._query_keys(query):
+            for unit_id, weight in self._keys.get(key, ()):
+                top, count = best.get(unit_id, (0, 0))
+                best[unit_id] = (max(top, weight), count + 1)
+        ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], -kv[1][1], self._order[kv[0]]))
+        return [ExactMatch(unit_id, weight + min(count, 99) / 100) for unit_id, (weight, count) in ranked]

@@ -1,0 +1,147 @@
+"""The ranking pipeline's candidates and stages (brief §4).
+
+One ``Candidate`` per unit of the fused recall set, filled stage by stage. The response and the
+recorded trace are both built from these same objects.
+
+Tie rule (documented, so identical inputs give identical rankings): within a stage, higher score
+first, then the better rank in the previous list, then ``unit_id`` in code-point order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from memory_core.domain.model import Unit
+from memory_core.ports import Hit
+from memory_core.retrieval.exact import ExactMatch
+
+SELECTED = "selected"
+EXCLUDED = "excluded"
+
+# Exclusion codes, in precedence order: when several apply, the first wins (brief §4.7).
+DUPLICATE_CONTENT = "duplicate_content"
+RESOURCE_LIMIT_REACHED = "resource_limit_reached"
+FRAGMENT_LIMIT_REACHED = "fragment_limit_reached"
+TOKEN_BUDGET_EXHAUSTED = "token_budget_exhausted"
+BELOW_SCORE_THRESHOLD = "below_score_threshold"
+OUTSIDE_RERANK_WINDOW = "outside_rerank_window"
+EXCLUSION_CODES = (
+    DUPLICATE_CONTENT,
+    RESOURCE_LIMIT_REACHED,
+    FRAGMENT_LIMIT_REACHED,
+    TOKEN_BUDGET_EXHAUSTED,
+    BELOW_SCORE_THRESHOLD,
+    OUTSIDE_RERANK_WINDOW,
+)
+
+ADD, REPLACE, REUSE = "add", "replace", "reuse"
+DELTA_ACTIONS = (ADD, REPLACE, REUSE)
+
+_NO_RANK = 1 << 30
+
+
+@attrs.define(eq=False)
+class Candidate:
+    """One unit of the fused recall set with its rank (1-based) and score at every stage."""
+
+    unit: Unit
+    exact_rank: int | None = None
+    exact_score: float | None = None
+    bm25_rank: int | None = None
+    bm25_score: float | None = None
+    lexical_rank: int | None = None
+    dense_rank: int | None = None
+    dense_score: float | None = None
+    dense_similarity: float | None = None
+    rrf_rank: int = 0
+    rrf_score: float = 0.0
+    rerank_rank: int | None = None
+    rerank_score: float | None = None
+    final_rank: int = 0
+    final_score: float | None = None
+    disposition: str = EXCLUDED
+    exclusion_code: str | None = None
+    delta_action: str | None = None
+
+    # The RerankInput view (memory_core.ports).
+    @property
+    def text(self) -> str:
+        return self.unit.search_text
+
+    @property
+    def heading_path(self) -> tuple[str, ...]:
+        return self.unit.heading_path
+
+    @property
+    def unit_id(self) -> str:
+        return self.unit.unit_id
+
+    @property
+    def resource_id(self) -> str:
+        return self.unit.resource_id
+
+
+def lexical_list(exact: Sequence[ExactMatch], bm25: Sequence[Hit]) -> list[str]:
+    """Exact matches ranked 1..E, then the BM25 list without them from E+1 (brief §4.5)."""
+    seen = {m.unit_id for m in exact}
+    return [m.unit_id for m in exact] + [unit_id for unit_id, _ in bm25 if unit_id not in seen]
+
+
+def fuse(
+    units: Mapping[str, Unit],
+    exact: Sequence[ExactMatch],
+    bm25: Sequence[Hit],
+    dense: Sequence[Hit],
+    rrf_k: int,
+) -> list[Candidate]:
+    """The fused recall set (the union), in RRF order with ``rrf_rank`` set."""
+    candidates: dict[str, Candidate] = {}
+
+    def candidate(unit_id: str) -> Candidate:
+        if unit_id not in candidates:
+            candidates[unit_id] = Candidate(units[unit_id])
+        return candidates[unit_id]
+
+    for rank, match in enumerate(exact, start=1):
+        c = candidate(match.unit_id)
+        c.exact_rank, c.exact_score = rank, match.score
+    for rank, (unit_id, score) in enumerate(bm25, start=1):
+        c = candidate(unit_id)
+        c.bm25_rank, c.bm25_score = rank, score
+    for rank, unit_id in enumerate(lexical_list(exact, bm25), start=1):
+        candidates[unit_id].lexical_rank = rank
+    for rank, (unit_id, score) in enumerate(dense, start=1):
+        c = candidate(unit_id)
+        c.dense_rank, c.dense_score, c.dense_similarity = rank, score, score
+    for c in candidates.values():
+        c.rrf_score = sum(1.0 / (rrf_k + r) for r in (c.lexical_rank, c.dense_rank) if r is not None)
+    ordered = sorted(
+        candidates.values(),
+        key=lambda c: (
+            -c.rrf_score,
+            min(c.lexical_rank or _NO_RANK, c.dense_rank or _NO_RANK),
+            c.unit.unit_id,
+        ),
+    )
+    for rank, c in enumerate(ordered, start=1):
+        c.rrf_rank = rank
+    return ordered
+
+
+def apply_rerank(fused: Sequence[Candidate], window: int, scores: Sequence[float]) -> list[Candidate]:
+    """Order the top ``window`` by reranker score, then the rest in RRF order; set final ranks."""
+    head, tail = list(fused[:window]), list(fused[window:])
+    if len(scores) != len(head):
+        raise ValueError(f"reranker returned {len(scores)} scores for {len(head)} candidates")
+    for c, score in zip(head, scores, strict=True):
+        c.rerank_score = float(score)
+    head.sort(key=lambda c: (-(c.rerank_score or 0.0), c.rrf_rank))
+    for rank, c in enumerate(head, start=1):
+        c.rerank_rank = rank
+        c.final_score = c.rerank_score
+    final = head + tail
+    for rank, c in enumerate(final, start=1):
+        c.final_rank = rank
+    return final
