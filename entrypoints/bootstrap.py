@@ -10,7 +10,6 @@ import datetime as dt
 import os
 from typing import Any
 
-from memory_core.evaluation.cases import EvaluationService
 from memory_core.ports import (
     BlobStore,
     Catalog,
@@ -25,10 +24,11 @@ from memory_core.ports import (
     SourceScanner,
     VectorIndexFactory,
 )
+from memory_core.ports.runs import RunRecorder, RunStore
 from memory_core.retrieval.profile import RankingProfile
 from memory_core.retrieval.rerankers import ConvexFusionReranker
-from memory_core.runs.records import RunRecorder, RunStore
 from memory_core.services.engine import Engine
+from memory_core.services.evaluation import EvaluationService
 from memory_core.services.indexing import Indexer
 
 

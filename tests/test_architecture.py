@@ -1,4 +1,5 @@
-"""The hexagon's import direction, checked: the core imports only the stdlib and attrs."""
+"""The hexagon's import direction, checked: the core imports only the stdlib and attrs, and
+each layer imports only the layers below it (docs/architecture.md, "Layers")."""
 
 from __future__ import annotations
 
@@ -17,7 +18,66 @@ FORBIDDEN = {"apsw", "cattrs", "pyserini", "usearch", "torch", "transformers", "
 
 def core_files() -> list[Path]:
     # The symlinked adapters/ and entrypoints/ are not core; __main__ is the `python -m` entry shim.
-    return sorted(p for p in CORE.glob("*.py") if p.name != "__main__.py")
+    return sorted(p for p in CORE.rglob("*.py") if p.name != "__main__.py"
+                  and p.relative_to(CORE).parts[0] not in {"adapters", "entrypoints"})  # fmt: skip
+
+
+# The layers, lowest first: a module imports only from its own layer or those below it.
+# retrieval < runs < evaluation: a Run records retrieval's candidates, evaluation judges Runs.
+LAYERS = (
+    ("domain",),
+    ("retrieval",),
+    ("runs",),
+    ("evaluation",),
+    ("ports",),
+    ("services",),
+    ("adapters",),
+    ("entrypoints.bootstrap",),  # the composition root
+    ("entrypoints",),
+    ("",),  # memory_core itself: the public surface, memory_core.open and the re-exports
+)
+
+
+def layer_of(module: str) -> int | None:
+    """The layer of ``memory_core.<...>`` (None: not a layered module, e.g. the package itself)."""
+    if module == "memory_core":
+        return len(LAYERS) - 1
+    if not module.startswith("memory_core."):
+        return None
+    rest = module.removeprefix("memory_core.")
+    matches = [(len(prefix), rank) for rank, prefixes in enumerate(LAYERS) for prefix in prefixes
+               if prefix and (rest == prefix or rest.startswith(prefix + "."))]  # fmt: skip
+    return max(matches)[1] if matches else None  # the longest prefix: entrypoints.bootstrap, not entrypoints
+
+
+def module_name(path: Path) -> str:
+    parts = path.resolve().relative_to(ROOT).with_suffix("").parts
+    if parts[0] in {"adapters", "entrypoints"}:
+        parts = ("memory_core", *parts)
+    return ".".join(p for p in parts if p != "__init__")
+
+
+def layered_files() -> list[Path]:
+    found = [*core_files(), *(ROOT / "adapters").rglob("*.py"), *(ROOT / "entrypoints").rglob("*.py")]
+    return sorted(p for p in found if "demo_memory" not in p.parts)
+
+
+@pytest.mark.parametrize("path", layered_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_each_layer_imports_only_the_layers_below(path: Path) -> None:
+    me = module_name(path)
+    mine = layer_of(me)
+    assert mine is not None, f"{me} is in no layer: add its folder to LAYERS"
+    for module in imported_modules(path):
+        theirs = layer_of(module)
+        if theirs is not None and theirs > mine:
+            pytest.fail(f"{me} (layer {LAYERS[mine][0]}) imports {module} (layer {LAYERS[theirs][0]})")
+
+
+def test_the_layer_checker_sees_an_upward_import() -> None:
+    assert layer_of("memory_core.domain.model") == 0
+    assert layer_of("memory_core.entrypoints.bootstrap") == LAYERS.index(("entrypoints.bootstrap",))
+    assert layer_of("memory_core.entrypoints.cli.main") == len(LAYERS) - 2
+    assert layer_of("memory_core.services.engine") > layer_of("memory_core.ports.runs")  # type: ignore[operator]
 
 
 def imported_modules(path: Path) -> set[str]:

@@ -35,7 +35,7 @@ def safe_relative(resource_id: str) -> PurePosixPath:
 
 
 class FolderSources:
-    """``WriteSource`` for ``memory_core.evaluation.beir.EngineWorkspace`` over real folders."""
+    """``WriteSource`` for ``memory_core.services.beir_import.EngineWorkspace`` over real folders."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)

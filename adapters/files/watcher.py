@@ -40,7 +40,8 @@ import attrs
 from memory_core.adapters.files.filesystem_sources import _open_root, is_hidden, media_type_for
 from memory_core.domain.errors import MemoryCoreError, SourceUnavailable
 from memory_core.domain.model import EffectiveMemory, Generation, Project
-from memory_core.services.indexing import IndexReport, Progress
+from memory_core.domain.progress import Progress
+from memory_core.services.indexing import IndexReport
 
 log = logging.getLogger("memory_core.watcher")
 

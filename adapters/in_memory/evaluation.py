@@ -9,15 +9,8 @@ import attrs
 
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import EvaluationCaseExists, EvaluationCaseNotFound, EvaluationCorpusNotFound
-from memory_core.evaluation.cases import (
-    Case,
-    CaseRecord,
-    Corpus,
-    Judgment,
-    JudgmentSet,
-    SourceTrace,
-    judgment_conflict,
-)
+from memory_core.evaluation.cases import Case, CaseRecord, Corpus, Judgment, JudgmentSet, SourceTrace
+from memory_core.services.evaluation import judgment_conflict
 
 
 class InMemoryEvaluationStore:

@@ -21,8 +21,7 @@ from pathlib import Path
 import attrs
 
 from memory_core.domain.errors import GenerationCorrupted
-from memory_core.domain.model import Unit
-from memory_core.ports import Hit
+from memory_core.domain.model import Hit, Unit
 
 _TOKEN = re.compile(r"\w+")
 

@@ -32,6 +32,7 @@ from memory_core.adapters.sqlite.runs import (
 from memory_core.domain.errors import InvalidRequest, RunNotFound, StorageUnavailable
 from memory_core.domain.model import EffectiveMemory, ManifestEntry
 from memory_core.ports import BlobStore
+from memory_core.ports.runs import RunRecorder
 from memory_core.runs.records import (
     FAILED,
     MAX_ERROR_SUMMARY,
@@ -44,7 +45,6 @@ from memory_core.runs.records import (
     RunFailure,
     RunFilter,
     RunPage,
-    RunRecorder,
     RunStart,
     RunSummary,
     RunTrace,

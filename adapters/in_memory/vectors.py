@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from memory_core.domain.errors import GenerationCorrupted, InvalidRequest
-from memory_core.ports import Hit, Vector
+from memory_core.domain.model import Hit, Vector
 
 _WORD = re.compile(r"\w+")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from memory_core.adapters.models.minilm import available_cores, file_sha256, quiet_model_loading
 from memory_core.domain.errors import InvalidRequest
-from memory_core.ports import RerankInput
+from memory_core.retrieval.pipeline import RerankInput
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 

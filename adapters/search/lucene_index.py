@@ -54,8 +54,7 @@ import attrs
 from memory_core.adapters.search import jvm
 from memory_core.adapters.system.crash_points import crash_point
 from memory_core.domain.errors import GenerationCorrupted, MemoryCoreError, StorageUnavailable
-from memory_core.domain.model import Unit
-from memory_core.ports import Hit
+from memory_core.domain.model import Hit, Unit
 
 METADATA_FILE = "lexical.json"
 _FORMAT = 2  # 2: docids are hex unit ids (stable across generations), lexical.json has text digests

@@ -27,7 +27,7 @@ import numpy as np
 
 from memory_core.adapters.in_memory.vectors import validate_build_input
 from memory_core.domain.errors import GenerationCorrupted, InvalidRequest
-from memory_core.ports import Hit, Vector
+from memory_core.domain.model import Hit, Vector
 
 VECTORS_FILE = "vectors.npy"
 IDS_FILE = "unit_ids.json"

@@ -11,7 +11,7 @@ import apsw
 import numpy as np
 
 from memory_core.domain.errors import InvalidRequest, StorageUnavailable
-from memory_core.ports import Vector
+from memory_core.domain.model import Vector
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS embeddings (

@@ -21,15 +21,8 @@ from memory_core.domain.canonical import canonical_json
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import EvaluationCaseExists, EvaluationCaseNotFound, EvaluationCorpusNotFound
 from memory_core.domain.model import Layer, ManifestEntry
-from memory_core.evaluation.cases import (
-    Case,
-    CaseRecord,
-    Corpus,
-    Judgment,
-    JudgmentSet,
-    SourceTrace,
-    judgment_conflict,
-)
+from memory_core.evaluation.cases import Case, CaseRecord, Corpus, Judgment, JudgmentSet, SourceTrace
+from memory_core.services.evaluation import judgment_conflict
 
 _CASE_COLUMNS = (
     "case_id, project_id, query, corpus_id, source_run_id, provenance, original_provenance, "
@@ -57,7 +50,7 @@ def _case_from_row(row: Sequence[Any]) -> Case:
 
 
 class SqliteEvaluationStore:
-    """Implements ``memory_core.evaluation.cases.EvaluationStore`` over a connection from ``open_database``."""
+    """Implements ``memory_core.ports.evaluation.EvaluationStore`` over a connection from ``open_database``."""
 
     def __init__(self, conn: apsw.Connection, now: Callable[[], str] = utc_now_iso) -> None:
         self._conn = conn

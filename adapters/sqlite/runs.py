@@ -521,7 +521,7 @@ class RunWriter:
 
 
 class SqliteRunStore:
-    """Implements ``memory_core.runs.records.RunStore`` over a connection from ``open_database``.
+    """Implements ``memory_core.ports.runs.RunStore`` over a connection from ``open_database``.
 
     ``blobs``: the CAS store whose unreferenced files ``clear`` collects (none: rows only).
     ``owner``: the owner recorded on new Runs (default: this process). ``write_behind``: commit

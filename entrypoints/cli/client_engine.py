@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memory_core.domain.model import Project, Source
+from memory_core.domain.progress import Progress
 from memory_core.entrypoints.daemon.client import DaemonClient
 from memory_core.evaluation.cases import Case, CaseDetail, JudgmentSet
 from memory_core.evaluation.fixture import ImportResult
@@ -28,7 +29,7 @@ from memory_core.evaluation.report import Report
 from memory_core.retrieval.activation_state import ActivationState
 from memory_core.runs.records import ClearReport, RunDetail, RunFilter, RunPage
 from memory_core.services.engine import Activation, ProjectInfo
-from memory_core.services.indexing import IndexReport, Progress
+from memory_core.services.indexing import IndexReport
 from memory_core.services.local_storage import ProjectRemoval, ProjectStorage
 
 

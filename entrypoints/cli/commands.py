@@ -12,6 +12,7 @@ from typing import Any
 
 from memory_core.domain.errors import InvalidActivationState, InvalidRequest
 from memory_core.domain.model import Layer
+from memory_core.domain.progress import Progress
 from memory_core.entrypoints.bootstrap import bootstrap
 from memory_core.entrypoints.cli import render, wire
 from memory_core.entrypoints.cli.main import _emit_json, _parse_source, hint
@@ -19,7 +20,6 @@ from memory_core.entrypoints.cli.output_file import OutputFile
 from memory_core.entrypoints.wire_input import decode_json
 from memory_core.runs.records import RunFilter
 from memory_core.services.engine import Engine, Freshness
-from memory_core.services.indexing import Progress
 
 # Commands that build their own embedded engine even when a daemon runs (both processes share
 # the home's database safely). The demo drives an Engine itself. ``eval import-beir`` and

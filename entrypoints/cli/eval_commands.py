@@ -91,7 +91,7 @@ def _read_json(path: str, what: str, *, document: bool = False) -> Any:
 
 def _workspace(engine: Engine, home: Path) -> Any:
     from memory_core.adapters.files.evaluation_sources import FolderSources
-    from memory_core.evaluation.beir import EngineWorkspace
+    from memory_core.services.beir_import import EngineWorkspace
 
     return EngineWorkspace(engine, FolderSources(home / "evaluation-sources"))
 
@@ -243,7 +243,7 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
             for line in import_summary(result):
                 out.print(line)
     elif action == "import-beir":
-        from memory_core.evaluation.beir import import_beir
+        from memory_core.services.beir_import import import_beir
 
         result = import_beir(
             service, _workspace(engine, home), args.folder, args.project, split=args.split, reviewed=args.reviewed
@@ -255,7 +255,8 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
             for item in report_tables(result.report):
                 out.print(item)
     elif action == "replay":
-        from memory_core.evaluation.fixture import evaluation_set, load_fixture
+        from memory_core.evaluation.fixture import load_fixture
+        from memory_core.services.fixtures import evaluation_set
         from memory_core.services.replay import baseline_from_report, replay
 
         fixture = _read_json(args.fixture, "fixture", document=True) if args.fixture else None

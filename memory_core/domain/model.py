@@ -250,3 +250,11 @@ class Generation:
     revisions: IndexRevisions
     created_at: str
     directory: str
+
+
+
+
+Vector = Sequence[float]
+
+
+Hit = tuple[str, float]  # (unit_id, score), best first

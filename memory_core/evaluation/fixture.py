@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import concurrent.futures
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -36,9 +35,8 @@ from typing import Any
 import attrs
 
 from memory_core.domain.canonical import canonical_json, is_sha256_hex, is_utf8_text, sha256_hex
-from memory_core.domain.errors import BlobCorrupted, BlobNotFound, InvalidRequest, MemoryCoreError
+from memory_core.domain.errors import InvalidRequest, MemoryCoreError
 from memory_core.domain.evaluation_errors import (
-    EvaluationImportConflict,
     FixtureHashMismatch,
     InvalidFixture,
 )
@@ -57,15 +55,12 @@ from memory_core.evaluation.cases import (
     Case,
     CaseRecord,
     Corpus,
-    EvaluationService,
     JudgmentSet,
     SourceTrace,
     parse_judgments,
     target_problems,
     validate_case_id,
 )
-from memory_core.evaluation.report import METRIC_CONVENTIONS, CaseInput, build_report
-from memory_core.ports import BlobStore
 from memory_core.retrieval.profile import MAX_QUERY_CHARS
 from memory_core.runs.records import CandidateRecord
 
@@ -135,76 +130,9 @@ def _portable_record(record: CaseRecord, corpus: Corpus) -> CaseRecord:
     return CaseRecord(case, trace, record.judgment_sets)
 
 
-def export_document(
-    service: EvaluationService,
-    *,
-    project_id: str | None = None,
-    case_ids: Sequence[str] | None = None,
-    with_history: bool = False,
-    with_uris: bool = False,
-    exported_at: str | None = None,
-) -> dict[str, Any]:
-    """The fixture of a project's cases, chosen cases, or all; bodies come from the blob store
-    (read verified: a missing or corrupted blob fails the export with its typed error).
-
-    Without ``with_uris`` each corpus travels as its ``portable_corpus`` (no local paths)."""
-    cases = service.list_cases(project_id, case_ids)
-    records = [_record(service, c, with_history) for c in cases]
-    corpora = {c.corpus_id: service.get_corpus(c.corpus_id) for c in cases}
-    if not with_uris:
-        portable = {k: portable_corpus(v) for k, v in corpora.items()}
-        records = [_portable_record(r, portable[r.case.corpus_id]) for r in records]
-        # Corpora that differed only in their paths become one.
-        corpora = {p.corpus_id: p for p in portable.values()}
-    digests = sorted({d for corpus in corpora.values() for d in corpus.digests()})
-    report = service.report(project_id=project_id, case_ids=[c.case_id for c in cases])
-    return {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "exported_at": exported_at or service.now(),
-        "metric_conventions": METRIC_CONVENTIONS,
-        "corpora": [corpora[k].to_dict() for k in sorted(corpora)],
-        "bodies": [_body_dict(d, service.blobs.get(d)) for d in digests],
-        "cases": [case_dict(r, with_history) for r in records],
-        "report": report.to_dict(),
-    }
-
-
-def _record(service: EvaluationService, case: Case, with_history: bool) -> CaseRecord:
-    trace = service.get_trace(case.case_id)
-    if with_history:
-        sets = tuple(service.judgment_history(case.case_id))
-    elif case.judgment_version:
-        sets = (service.judgments(case.case_id),)
-    else:
-        sets = ()
-    return CaseRecord(case, trace, sets)
-
-
 def dump(document: Mapping[str, Any]) -> bytes:
     """Canonical JSON plus a newline: the same document always gives the same bytes."""
     return canonical_json(document) + b"\n"
-
-
-def export_fixture(
-    service: EvaluationService,
-    *,
-    project_id: str | None = None,
-    case_ids: Sequence[str] | None = None,
-    with_history: bool = False,
-    with_uris: bool = False,
-    exported_at: str | None = None,
-) -> bytes:
-    return dump(
-        export_document(
-            service,
-            project_id=project_id,
-            case_ids=case_ids,
-            with_history=with_history,
-            with_uris=with_uris,
-            exported_at=exported_at,
-        )
-    )
 
 
 # -- structure checks -----------------------------------------------------------------------------
@@ -764,6 +692,8 @@ def _judgment_sets(
 # -- import ---------------------------------------------------------------------------------------
 
 
+
+
 @attrs.frozen
 class ImportResult:
     cases_added: tuple[str, ...]
@@ -778,95 +708,3 @@ class ImportResult:
             "corpora_added": self.corpora_added,
             "blobs_written": self.blobs_written,
         }
-
-
-def _same_record(service: EvaluationService, incoming: CaseRecord, corpus: Corpus) -> bool:
-    """The case here and ``incoming`` (over ``corpus``) are one record when their portable forms
-    are: a case exported with or without its URIs is the same case."""
-    existing = service.get_case(incoming.case.case_id)
-    mine = _record(service, existing, with_history=False)
-    theirs = CaseRecord(incoming.case, incoming.trace, incoming.judgment_sets[-1:])
-    if canonical_json(case_dict(mine, False)) == canonical_json(case_dict(theirs, False)):
-        return True
-    mine = _portable_record(mine, portable_corpus(service.get_corpus(existing.corpus_id)))
-    theirs = _portable_record(theirs, portable_corpus(corpus))
-    return canonical_json(case_dict(mine, False)) == canonical_json(case_dict(theirs, False))
-
-
-def _blob_is_sound(blobs: BlobStore, digest: str) -> bool:
-    """Present and hashing to its name. A damaged blob is rewritten from the fixture's verified
-    body like a missing one: the fixture is a good copy, and a corrupted body must not stay."""
-    try:
-        blobs.get(digest)
-    except (BlobNotFound, BlobCorrupted):
-        return False
-    return True
-
-
-def import_fixture(service: EvaluationService, data: bytes | str | Mapping[str, Any]) -> ImportResult:
-    """Verify the whole fixture, then store what is new; nothing is written on any problem.
-
-    Ids are kept. A case already here with the same record is left as is; a different record under
-    an existing id is an EvaluationImportConflict. Corpora are keyed by their manifest hash, so an
-    existing corpus_id is the same corpus.
-    """
-    loaded = load_fixture(data)
-    known: set[str] = {c.case_id for c in service.list_cases()}
-    added: list[CaseRecord] = []
-    unchanged: list[str] = []
-    for record in loaded.records:
-        if record.case.case_id not in known:
-            added.append(record)
-        elif _same_record(service, record, loaded.corpora[record.case.corpus_id]):
-            unchanged.append(record.case.case_id)
-        else:
-            raise EvaluationImportConflict(
-                f"case {record.case.case_id!r} exists here with a different record; nothing was imported",
-                case_id=record.case.case_id,
-            )
-    needed = {r.case.corpus_id for r in added}
-    corpora = [loaded.corpora[k] for k in sorted(needed) if not service.store.has_corpus(k)]
-    # Every body the new cases need, also of a corpus known here (a lost blob is restored).
-    digests = sorted({d for k in needed for d in loaded.corpora[k].digests()})
-    # Blobs before rows: a crash in between leaves unreferenced blobs, which GC sweeps. Each put
-    # waits on fsync (and each check reads a whole blob), so a few run at once (I/O, not CPU).
-    with concurrent.futures.ThreadPoolExecutor(max_workers=BLOB_WRITERS) as pool:
-        unusable = list(pool.map(lambda d: not _blob_is_sound(service.blobs, d), digests))
-        missing = [d for d, bad in zip(digests, unusable, strict=True) if bad]
-        for _ in pool.map(service.blobs.put, (loaded.bodies[d] for d in missing)):
-            pass
-    written = len(missing)
-    if added:
-        service.store.add_cases(corpora, added)
-    return ImportResult(
-        cases_added=tuple(r.case.case_id for r in added),
-        cases_unchanged=tuple(unchanged),
-        corpora_added=len(corpora),
-        blobs_written=written,
-    )
-
-
-def evaluation_set(
-    service: EvaluationService, *, project_id: str | None = None, case_ids: Sequence[str] | None = None
-) -> EvaluationSet:
-    """This home's cases as a verified EvaluationSet (to replay the live set without a file), as
-    a portable export has them: the live set and its export replay in the same projects."""
-    return load_fixture(export_document(service, project_id=project_id, case_ids=case_ids))
-
-
-def report_of(loaded: EvaluationSet) -> dict[str, Any]:
-    """Recompute the report of a loaded fixture from its traces and judgments (no store needed)."""
-    inputs = []
-    for r in loaded.records:
-        current = r.judgment_sets[-1] if r.judgment_sets else JudgmentSet(r.case.case_id, 0, (), None)
-        inputs.append(
-            CaseInput(
-                case_id=r.case.case_id,
-                candidates=r.trace.candidates,
-                latency_ms=r.trace.latency_ms,
-                warm=r.trace.warm,
-                judgments=current.to_metric_judgments(r.trace.unit_resources()),
-                corpus_hashes=loaded.corpora[r.case.corpus_id].hashes(),
-            )
-        )
-    return build_report(inputs, reviewed_cases=sum(1 for r in loaded.records if r.case.reviewed)).to_dict()

@@ -14,21 +14,15 @@ from typing import Protocol
 from memory_core.domain.model import (
     EffectiveMemory,
     Generation,
+    Hit,
     ManifestEntry,
     Project,
     ScannedResource,
     Source,
     Unit,
+    Vector,
 )
-
-Vector = Sequence[float]
-Hit = tuple[str, float]  # (unit_id, score), best first
-
-
-class TokenCounter(Protocol):
-    revision: str
-
-    def count(self, text: str) -> int: ...
+from memory_core.retrieval.pipeline import RerankInput
 
 
 class Chunker(Protocol):
@@ -205,30 +199,6 @@ class Clock(Protocol):
     def now_iso(self) -> str: ...
 
     def monotonic(self) -> float: ...
-
-
-class RerankInput(Protocol):
-    """What a reranker sees of one candidate (a ``memory_core.retrieval.pipeline.Candidate``)."""
-
-    @property
-    def text(self) -> str: ...
-
-    @property
-    def heading_path(self) -> tuple[str, ...]: ...
-
-    @property
-    def exact_rank(self) -> int | None: ...
-
-    @property
-    def bm25_score(self) -> float | None: ...
-
-    @property
-    def dense_similarity(self) -> float | None:
-        """Cosine of the query with the unit's stored vector, known for every reranked unit."""
-        ...
-
-    @property
-    def rrf_score(self) -> float: ...
 
 
 class Reranker(Protocol):

@@ -42,11 +42,11 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import attrs
 
 from memory_core.domain.model import Unit, unit_hash_of, unit_id_for
-from memory_core.ports import TokenCounter
 
 PARSER_REVISION = "md-parser-v1"
 CHUNKER_REVISION = "md-units-v2"
@@ -522,3 +522,11 @@ def _visible(text: str, span: Span) -> int:
 def is_markdown(media_type: str) -> bool:
     """True for markdown media types (parameters such as ``charset`` ignored)."""
     return media_type.split(";", 1)[0].strip().lower() in MARKDOWN_MEDIA_TYPES
+
+
+
+
+class TokenCounter(Protocol):
+    revision: str
+
+    def count(self, text: str) -> int: ...

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memory_core.domain.model import EffectiveMemory, ManifestEntry, Project, ScannedResource
-from memory_core.ports import SourceScanner
+from memory_core.domain.model import EffectiveMemory, ManifestEntry, ScannedResource
 
 
 def resolve(
@@ -42,12 +41,3 @@ def resolve(
     return EffectiveMemory.from_entries(project_id, entries, paths, warnings)
 
 
-def read_effective_memory(project: Project, scanner: SourceScanner, *, rehash: bool = False) -> EffectiveMemory:
-    """Walk every source of ``project`` and resolve overrides (``rehash``: hash every file anew)."""
-    scanned: list[list[ScannedResource]] = []
-    warnings: list[str] = []
-    for source in project.sources:
-        found, source_warnings = scanner.scan(source, rehash=rehash)
-        scanned.append(found)
-        warnings.extend(source_warnings)
-    return resolve(project.project_id, scanned, warnings)

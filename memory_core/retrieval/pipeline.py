@@ -10,11 +10,11 @@ first, then the better rank in the previous list, then ``unit_id`` in code-point
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import attrs
 
-from memory_core.domain.model import Unit
-from memory_core.ports import Hit
+from memory_core.domain.model import Hit, Unit
 from memory_core.retrieval.exact import ExactMatch
 
 SELECTED = "selected"
@@ -145,3 +145,29 @@ def apply_rerank(fused: Sequence[Candidate], window: int, scores: Sequence[float
     for rank, c in enumerate(final, start=1):
         c.final_rank = rank
     return final
+
+
+
+
+class RerankInput(Protocol):
+    """What a reranker sees of one candidate (a ``memory_core.retrieval.pipeline.Candidate``)."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def heading_path(self) -> tuple[str, ...]: ...
+
+    @property
+    def exact_rank(self) -> int | None: ...
+
+    @property
+    def bm25_score(self) -> float | None: ...
+
+    @property
+    def dense_similarity(self) -> float | None:
+        """Cosine of the query with the unit's stored vector, known for every reranked unit."""
+        ...
+
+    @property
+    def rrf_score(self) -> float: ...

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import attrs
 
 from memory_core.domain.errors import InvalidRequest
-from memory_core.ports import RerankInput
+from memory_core.retrieval.pipeline import RerankInput
 
 MAX, MINMAX = "max", "minmax"
 NORMALISATIONS = (MAX, MINMAX)

@@ -38,8 +38,9 @@ from memory_core.domain.model import (
     validate_project_id,
     validate_source_path,
 )
-from memory_core.evaluation.cases import Case, EvaluationService, JudgmentSet
-from memory_core.evaluation.fixture import ImportResult, dump, export_document
+from memory_core.domain.progress import Progress
+from memory_core.evaluation.cases import Case, JudgmentSet
+from memory_core.evaluation.fixture import ImportResult, dump
 from memory_core.evaluation.report import Report
 from memory_core.ports import (
     Catalog,
@@ -53,6 +54,7 @@ from memory_core.ports import (
     VectorIndexFactory,
     VectorSearcher,
 )
+from memory_core.ports.runs import RunRecorder, RunStore
 from memory_core.retrieval.activation_state import ActivationState
 from memory_core.retrieval.exact import REVISION as EXACT_REVISION
 from memory_core.retrieval.exact import ExactIndex
@@ -66,12 +68,12 @@ from memory_core.runs.records import (
     RunFailure,
     RunFilter,
     RunPage,
-    RunRecorder,
     RunStart,
-    RunStore,
     RunTrace,
 )
-from memory_core.services.indexing import LEXICAL_DIR, VECTOR_DIR, Indexer, IndexReport, Progress
+from memory_core.services.evaluation import EvaluationService
+from memory_core.services.fixtures import export_document
+from memory_core.services.indexing import LEXICAL_DIR, VECTOR_DIR, Indexer, IndexReport
 from memory_core.services.local_storage import (
     CURRENT,
     PREVIOUS,

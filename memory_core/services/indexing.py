@@ -20,8 +20,10 @@ from memory_core.domain.model import (
     Project,
     ScannedResource,
     Unit,
+    Vector,
     index_revision_of,
 )
+from memory_core.domain.progress import Progress
 from memory_core.ports import (
     BlobStore,
     Catalog,
@@ -32,13 +34,11 @@ from memory_core.ports import (
     LexicalIndexFactory,
     ManifestStore,
     SourceScanner,
-    Vector,
     VectorIndexFactory,
 )
-from memory_core.retrieval.effective_memory import read_effective_memory
-from memory_core.runs.records import CorpusRegistry
+from memory_core.ports.runs import CorpusRegistry
+from memory_core.services.live_memory import read_effective_memory
 
-Progress = Callable[[str, int, int], None]  # (stage, done, total)
 EMBED_BATCH = 64
 LEXICAL_DIR = "lexical"
 VECTOR_DIR = "vectors"

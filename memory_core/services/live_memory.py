@@ -7,9 +7,9 @@ replaces it with a watcher-backed one that keeps the answer between change event
 
 from __future__ import annotations
 
-from memory_core.domain.model import EffectiveMemory, Project
+from memory_core.domain.model import EffectiveMemory, Project, ScannedResource
 from memory_core.ports import SourceScanner
-from memory_core.retrieval.effective_memory import read_effective_memory
+from memory_core.retrieval.effective_memory import resolve
 
 
 class ScanningLiveMemory:
@@ -24,3 +24,16 @@ class ScanningLiveMemory:
 
     def reindex_pending(self, project_id: str) -> bool:
         return False
+
+
+
+
+def read_effective_memory(project: Project, scanner: SourceScanner, *, rehash: bool = False) -> EffectiveMemory:
+    """Walk every source of ``project`` and resolve overrides (``rehash``: hash every file anew)."""
+    scanned: list[list[ScannedResource]] = []
+    warnings: list[str] = []
+    for source in project.sources:
+        found, source_warnings = scanner.scan(source, rehash=rehash)
+        scanned.append(found)
+        warnings.extend(source_warnings)
+    return resolve(project.project_id, scanned, warnings)

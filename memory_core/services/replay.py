@@ -26,12 +26,13 @@ import attrs
 
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import EvaluationReplayCorpusMismatch, EvaluationSetEmpty
-from memory_core.evaluation.beir import Prepared, Workspace, no_progress
+from memory_core.domain.progress import Progress, no_progress
+from memory_core.evaluation.beir import Prepared
 from memory_core.evaluation.cases import Corpus, JudgmentSet
 from memory_core.evaluation.fixture import EvaluationSet
 from memory_core.evaluation.metrics import MetricLevel, grade, ndcg_at
 from memory_core.evaluation.report import BASELINE, NDCG, variant_ranking
-from memory_core.services.indexing import Progress
+from memory_core.ports.evaluation import Workspace
 
 CURRENT = "current"
 TOLERANCE = 1e-12  # float noise never fails a gate

@@ -25,8 +25,10 @@ from memory_core.domain.evaluation_errors import EvaluationJudgmentConflict, Fix
 from memory_core.domain.model import Project, Source
 from memory_core.entrypoints.bootstrap import bootstrap_in_memory, utc_now
 from memory_core.evaluation import fixture
-from memory_core.evaluation.cases import EvaluationService, Judgment
+from memory_core.evaluation.cases import Judgment
 from memory_core.runs.records import RunFilter
+from memory_core.services import fixtures
+from memory_core.services.evaluation import EvaluationService
 from tests.adapters.test_run_store_sqlite import count, index, real_memory
 from tests.contracts.test_run_store import failure, ranked, run_start, trace_of, ts
 
@@ -179,17 +181,17 @@ def test_pinned_runs_survive_clear_history_and_corpus_blobs_survive_gc(home: Hom
     assert home.blobs.get(old) == note(0, 0)
     assert not home.blobs.exists(sha256_hex(note(0, 1)))
     assert old in {d for (d,) in home.conns[1].execute("SELECT sha256 FROM retrieval_corpus_blobs")}
-    fixture.load_fixture(fixture.export_fixture(home.service))  # the frozen corpus is still whole
+    fixture.load_fixture(fixtures.export_fixture(home.service))  # the frozen corpus is still whole
 
 
 def test_cases_survive_a_restart(tmp_path: Path) -> None:
     first = open_home(tmp_path / "home")
     ids = judged_cases(first)
-    before = fixture.export_fixture(first.service, with_history=True, exported_at="x")
+    before = fixtures.export_fixture(first.service, with_history=True, exported_at="x")
     first.close()
     again = open_home(tmp_path / "home", docs=0)
     assert [c.case_id for c in again.service.list_cases()] == ids
-    assert fixture.export_fixture(again.service, with_history=True, exported_at="x") == before
+    assert fixtures.export_fixture(again.service, with_history=True, exported_at="x") == before
     again.close()
 
 
@@ -248,17 +250,17 @@ def test_export_import_export_between_homes_is_byte_identical(home: Home, tmp_pa
     home.service.mark_reviewed(case_id, 1)
     validator = jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()))
     for history in (False, True):
-        first = fixture.export_fixture(home.service, with_history=history)
+        first = fixtures.export_fixture(home.service, with_history=history)
         validator.validate(json.loads(first))
         other = open_home(tmp_path / f"other-{history}", docs=0)
         try:
-            fixture.import_fixture(other.service, first)
-            again = fixture.export_fixture(other.service, with_history=history)
+            fixtures.import_fixture(other.service, first)
+            again = fixtures.export_fixture(other.service, with_history=history)
             a, b = json.loads(first), json.loads(again)
             assert a.pop("exported_at") and b.pop("exported_at")
             assert a == b
             stamp = json.loads(first)["exported_at"]
-            assert fixture.export_fixture(other.service, with_history=history, exported_at=stamp) == first
+            assert fixtures.export_fixture(other.service, with_history=history, exported_at=stamp) == first
             assert other.service.get_case(case_id).reviewed
             for digest in (e.resource_hash for e in other.service.get_corpus(a["corpora"][0]["corpus_id"]).resources):
                 assert mode(other.blobs.path_of(digest)) == 0o600
@@ -269,7 +271,7 @@ def test_export_import_export_between_homes_is_byte_identical(home: Home, tmp_pa
 @pytest.mark.parametrize("what", ["body", "hash", "trace"])
 def test_import_rejects_a_tampered_fixture_and_writes_nothing(home: Home, tmp_path: Path, what: str) -> None:
     judged_cases(home)
-    document = json.loads(fixture.export_fixture(home.service))
+    document = json.loads(fixtures.export_fixture(home.service))
     if what == "body":
         document["bodies"][3]["content"] = document["bodies"][3]["content"].replace("About", "Abort")
     elif what == "hash":
@@ -279,7 +281,7 @@ def test_import_rejects_a_tampered_fixture_and_writes_nothing(home: Home, tmp_pa
     other = open_home(tmp_path / "other", docs=0)
     try:
         with pytest.raises((FixtureHashMismatch, InvalidRequest)):
-            fixture.import_fixture(other.service, json.dumps(document).encode())
+            fixtures.import_fixture(other.service, json.dumps(document).encode())
         for table in EVALUATION_TABLES:
             assert count(other.conns[2], table) == 0
         assert list(other.blobs.digests()) == []

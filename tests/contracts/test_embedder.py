@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from memory_core.adapters.in_memory.vectors import HashingEmbedder, WhitespaceTokenCounter
 from memory_core.adapters.models.minilm import MiniLMEmbedder, MiniLMTokenCounter
-from memory_core.ports import Embedder, TokenCounter
+from memory_core.ports import Embedder
+from memory_core.retrieval.chunking import TokenCounter
 
 QUERY = "How do I roll back a deploy?"
 ROLLBACK = "To roll back a deploy, redeploy the previous release with the rollback script."

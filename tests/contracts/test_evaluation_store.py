@@ -22,16 +22,7 @@ from memory_core.domain.evaluation_errors import (
     EvaluationJudgmentConflict,
 )
 from memory_core.domain.model import Layer, ManifestEntry
-from memory_core.evaluation.cases import (
-    BEIR_IMPORT,
-    RUN,
-    Case,
-    CaseRecord,
-    Corpus,
-    Judgment,
-    JudgmentSet,
-    SourceTrace,
-)
+from memory_core.evaluation.cases import BEIR_IMPORT, RUN, Case, CaseRecord, Corpus, Judgment, JudgmentSet, SourceTrace
 from memory_core.runs.records import CandidateRecord
 from tests.contracts.test_run_store import ranked
 

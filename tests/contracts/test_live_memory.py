@@ -20,8 +20,7 @@ from memory_core.adapters.in_memory.storage import InMemoryCatalog, InMemoryScan
 from memory_core.domain.errors import SourceUnavailable
 from memory_core.domain.model import Layer, Project, Source
 from memory_core.ports import LiveMemory
-from memory_core.retrieval.effective_memory import read_effective_memory
-from memory_core.services.live_memory import ScanningLiveMemory
+from memory_core.services.live_memory import ScanningLiveMemory, read_effective_memory
 
 
 class World:

@@ -33,7 +33,7 @@ from memory_core.domain.evaluation_errors import (
 from memory_core.domain.model import Layer, ManifestEntry, Source
 from memory_core.entrypoints.bootstrap import bootstrap_in_memory, utc_now
 from memory_core.evaluation import fixture
-from memory_core.evaluation.beir import BeirCollection, EngineWorkspace, beir_case_id, import_beir
+from memory_core.evaluation.beir import BeirCollection, beir_case_id
 from memory_core.evaluation.cases import (
     BEIR_IMPORT,
     FIXTURE_IMPORT,
@@ -41,7 +41,6 @@ from memory_core.evaluation.cases import (
     Case,
     CaseRecord,
     Corpus,
-    EvaluationService,
     Judgment,
     JudgmentSet,
     SourceTrace,
@@ -62,6 +61,9 @@ from memory_core.evaluation.report import (
     variant_ranking,
 )
 from memory_core.runs.records import FAILED, CandidateRecord
+from memory_core.services import fixtures
+from memory_core.services.beir_import import EngineWorkspace, import_beir
+from memory_core.services.evaluation import EvaluationService
 from memory_core.services.replay import baseline_from_report, replay
 from tests.contracts.test_run_store import ranked
 
@@ -517,11 +519,11 @@ def empty_service() -> EvaluationService:
 def test_export_import_export_is_byte_identical_and_keeps_ids() -> None:
     world = judged_world()
     for history in (False, True):
-        first = fixture.export_fixture(world.service, with_history=history, exported_at="2025-06-01T00:00:00Z")
+        first = fixtures.export_fixture(world.service, with_history=history, exported_at="2025-06-01T00:00:00Z")
         target = empty_service()
-        result = fixture.import_fixture(target, first)
+        result = fixtures.import_fixture(target, first)
         assert len(result.cases_added) == 3 and result.corpora_added == 1 and result.blobs_written == 24
-        again = fixture.export_fixture(target, with_history=history, exported_at="2025-06-01T00:00:00Z")
+        again = fixtures.export_fixture(target, with_history=history, exported_at="2025-06-01T00:00:00Z")
         assert again == first
         imported = target.list_cases()
         assert [c.case_id for c in imported] == [c.case_id for c in world.service.list_cases()]
@@ -534,7 +536,7 @@ def test_export_import_export_is_byte_identical_and_keeps_ids() -> None:
     document = json.loads(first)
     assert document["format"] == "memory-core-evaluation-set" and document["format_version"] == 1
     assert document["report"] == world.service.report().to_dict()
-    assert fixture.report_of(fixture.load_fixture(first)) == document["report"]
+    assert fixtures.report_of(fixture.load_fixture(first)) == document["report"]
 
 
 def test_fixture_validates_against_its_json_schema() -> None:
@@ -547,8 +549,8 @@ def test_fixture_validates_against_its_json_schema() -> None:
     validator = jsonschema.Draft202012Validator(schema)
     world = judged_world()
     for history in (False, True):
-        validator.validate(json.loads(fixture.export_fixture(world.service, with_history=history)))
-    validator.validate(json.loads(fixture.export_fixture(hand_service())))
+        validator.validate(json.loads(fixtures.export_fixture(world.service, with_history=history)))
+    validator.validate(json.loads(fixtures.export_fixture(hand_service())))
 
 
 def _tamper(document: dict, edit) -> bytes:  # type: ignore[no-untyped-def]
@@ -601,28 +603,28 @@ BAD_FIXTURES = {
 @pytest.mark.parametrize("name", list(BAD_FIXTURES))
 def test_a_bad_fixture_is_rejected_whole_naming_the_place(name: str) -> None:
     world = judged_world()
-    document = json.loads(fixture.export_fixture(world.service))
+    document = json.loads(fixtures.export_fixture(world.service))
     edit, error, place = BAD_FIXTURES[name]
     data = b"{not json" if edit is None else _tamper(document, edit)
     target = empty_service()
     with pytest.raises(error) as raised:
-        fixture.import_fixture(target, data)
+        fixtures.import_fixture(target, data)
     assert raised.value.place.startswith(place), raised.value.place
     assert target.list_cases() == [] and list(target.blobs.digests()) == []
 
 
 def test_a_different_record_under_an_existing_id_is_a_conflict() -> None:
     world = judged_world()
-    data = fixture.export_fixture(world.service)
+    data = fixtures.export_fixture(world.service)
     target = empty_service()
-    fixture.import_fixture(target, data)
+    fixtures.import_fixture(target, data)
     first = target.list_cases()[0]
     target.replace_judgments(first.case_id, 2, [Judgment.resource("notes/n1.md", 1)])
-    before = fixture.export_fixture(target, exported_at="x")
+    before = fixtures.export_fixture(target, exported_at="x")
     with pytest.raises(EvaluationImportConflict) as conflict:
-        fixture.import_fixture(target, data)
+        fixtures.import_fixture(target, data)
     assert conflict.value.details["case_id"] == first.case_id
-    assert fixture.export_fixture(target, exported_at="x") == before
+    assert fixtures.export_fixture(target, exported_at="x") == before
 
 
 # -- BEIR -----------------------------------------------------------------------------------------
@@ -750,7 +752,7 @@ def test_replay_passes_an_unchanged_pipeline_and_fails_a_worse_one() -> None:
     world = judged_world()
     for case in world.service.list_cases():
         world.service.mark_reviewed(case.case_id, case.judgment_version)
-    loaded = fixture.load_fixture(fixture.export_fixture(world.service))
+    loaded = fixture.load_fixture(fixtures.export_fixture(world.service))
     scratch = bootstrap_in_memory()
     same = replay(loaded, memory_workspace(scratch), max_drop=0.0, include_unreviewed=False)
     assert same.passed and same.compared == 3 and same.mean_drop == pytest.approx(0.0, abs=1e-12)
@@ -764,7 +766,7 @@ def test_replay_passes_an_unchanged_pipeline_and_fails_a_worse_one() -> None:
     document = worse.to_dict()
     assert document["variant"] == "current" and document["baseline_variant"] == "b4_reranked"
     # A baseline report instead of the frozen traces gives the same baselines.
-    baseline = baseline_from_report(json.loads(fixture.export_fixture(world.service))["report"])
+    baseline = baseline_from_report(json.loads(fixtures.export_fixture(world.service))["report"])
     assert replay(loaded, memory_workspace(scratch), baseline=baseline).cases == same.cases
     with pytest.raises(InvalidRequest):
         replay(loaded, memory_workspace(scratch), max_drop=1.5)
@@ -774,11 +776,11 @@ def test_replay_passes_an_unchanged_pipeline_and_fails_a_worse_one() -> None:
 
 def test_replay_uses_only_reviewed_cases_unless_asked() -> None:
     world = judged_world()
-    loaded = fixture.load_fixture(fixture.export_fixture(world.service))
+    loaded = fixture.load_fixture(fixtures.export_fixture(world.service))
     with pytest.raises(EvaluationSetEmpty):
         replay(loaded, memory_workspace(bootstrap_in_memory()))
     assert replay(loaded, memory_workspace(bootstrap_in_memory()), include_unreviewed=True).compared == 3
-    live = fixture.evaluation_set(world.service, project_id="notes")
+    live = fixtures.evaluation_set(world.service, project_id="notes")
     assert live.records == loaded.records and live.corpora == loaded.corpora
 
 

@@ -9,9 +9,8 @@ from typing import Any
 
 from memory_core.adapters.in_memory.storage import InMemoryScanner
 from memory_core.adapters.in_memory.vectors import InMemoryEmbeddingCache
-from memory_core.domain.model import Source
+from memory_core.domain.model import Source, Vector
 from memory_core.entrypoints.bootstrap import bootstrap_in_memory
-from memory_core.ports import Vector
 
 DOCS = {
     "a.md": b"# A\n\nAlpha text about deploys.\n\n## More\n\nA second section.\n",

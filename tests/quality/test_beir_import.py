@@ -21,11 +21,11 @@ from memory_core.adapters.sqlite.evaluation import SqliteEvaluationStore
 from memory_core.adapters.sqlite.runs import SqliteRunStore
 from memory_core.adapters.system.home import HomeLayout
 from memory_core.entrypoints.bootstrap import utc_now
-from memory_core.evaluation import fixture
-from memory_core.evaluation.beir import EngineWorkspace, import_beir
-from memory_core.evaluation.cases import EvaluationService
 from memory_core.evaluation.metrics import resource_ranking
 from memory_core.evaluation.report import VARIANTS, variant_ranking
+from memory_core.services import fixtures
+from memory_core.services.beir_import import EngineWorkspace, import_beir
+from memory_core.services.evaluation import EvaluationService
 from tests.conftest import CRANFIELD
 
 pytestmark = pytest.mark.slow
@@ -109,17 +109,17 @@ def test_cranfield_imports_as_225_cases_with_the_reference_quality(imported: Imp
 def test_the_cranfield_set_round_trips_through_a_fixture(imported: Imported, tmp_path: Path) -> None:
     service = imported.service
     started = time.perf_counter()
-    first = fixture.export_fixture(service, project_id=PROJECT, exported_at="2025-01-01T00:00:00Z")
+    first = fixtures.export_fixture(service, project_id=PROJECT, exported_at="2025-01-01T00:00:00Z")
     imported.seconds["export"] = time.perf_counter() - started
 
     conn = open_database(tmp_path / "local.db")
     blobs = FileBlobStore(tmp_path / "blobs")
     other = EvaluationService(SqliteEvaluationStore(conn), SqliteRunStore(conn, blobs), blobs, now=utc_now)
     started = time.perf_counter()
-    result = fixture.import_fixture(other, first)
+    result = fixtures.import_fixture(other, first)
     imported.seconds["import"] = time.perf_counter() - started
     distinct = len(service.get_corpus(service.list_cases(PROJECT)[0].corpus_id).digests())
     assert len(result.cases_added) == 225 and result.blobs_written == distinct >= 1399  # two bodies are twins
-    assert fixture.export_fixture(other, project_id=PROJECT, exported_at="2025-01-01T00:00:00Z") == first
+    assert fixtures.export_fixture(other, project_id=PROJECT, exported_at="2025-01-01T00:00:00Z") == first
     conn.close()
     print("\nfixture bytes", len(first), "seconds", json.dumps({k: round(v, 2) for k, v in imported.seconds.items()}))

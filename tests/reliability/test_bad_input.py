@@ -37,11 +37,12 @@ from memory_core.domain.model import ManifestEntry
 from memory_core.entrypoints.bootstrap import utc_now
 from memory_core.entrypoints.daemon.app import error_response
 from memory_core.entrypoints.wire_input import MAX_DEPTH, decode_json, encodable, too_deep
-from memory_core.evaluation.beir import EngineWorkspace, import_beir
-from memory_core.evaluation.cases import Corpus, EvaluationService, SourceTrace
+from memory_core.evaluation.cases import Corpus, SourceTrace
 from memory_core.evaluation.fixture import load_fixture
 from memory_core.retrieval.profile import MAX_QUERY_CHARS
+from memory_core.services.beir_import import EngineWorkspace, import_beir
 from memory_core.services.engine import Engine
+from memory_core.services.evaluation import EvaluationService
 
 from .harness import PROJECT, Seeded, engine_for, files_under, restart_and_verify, seed_home, table_counts
 

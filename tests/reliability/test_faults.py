@@ -27,9 +27,9 @@ from memory_core.domain.errors import (
     StorageUnavailable,
 )
 from memory_core.domain.model import Source
-from memory_core.evaluation.fixture import evaluation_set
 from memory_core.runs.records import FAILED, MAX_ERROR_SUMMARY, RunFailure, RunStart, RunTrace
 from memory_core.services.engine import STAGE_ERROR, ActivationResponse, Engine
+from memory_core.services.fixtures import evaluation_set
 from memory_core.services.indexing import LEXICAL_DIR, VECTOR_DIR
 
 from .harness import (

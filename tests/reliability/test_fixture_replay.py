@@ -24,8 +24,8 @@ from memory_core.domain.canonical import sha256_hex
 from memory_core.domain.evaluation_errors import EvaluationReplayCorpusMismatch, InvalidFixture
 from memory_core.domain.model import Source
 from memory_core.domain.resource_rules import DEFAULT_MAX_BYTES, MAX_RESOURCE_ID_BYTES, NAME_MAX_BYTES
-from memory_core.evaluation.beir import EngineWorkspace
 from memory_core.evaluation.fixture import load_fixture
+from memory_core.services.beir_import import EngineWorkspace
 from memory_core.services.engine import Engine
 from memory_core.services.replay import replay
 

@@ -12,8 +12,8 @@ import sys
 from memory_core.adapters.files.evaluation_sources import FolderSources
 from memory_core.domain.model import Source
 from memory_core.entrypoints.bootstrap import bootstrap
-from memory_core.evaluation.beir import EngineWorkspace, import_beir
 from memory_core.evaluation.fixture import load_fixture
+from memory_core.services.beir_import import EngineWorkspace, import_beir
 from memory_core.services.replay import replay
 
 
