@@ -301,65 +301,64 @@ def _checked(check: Check, value: Any) -> Any:
         raise _fail(_pointer(bad.path[::-1]), bad.message) from None
 
 
-_RESOURCE = _obj(
-    {
-        "ordinal": _count,
-        "resource_id": _nonempty,
-        "layer": _enum(*(layer.value for layer in Layer)),
-        "uri": _str,
-        "resource_hash": _hex,
-        "byte_size": _count,
-        "media_type": _nonempty,
-    }
-)
+# Each record's fields and their checks; tests/contracts/test_fixture_format.py keeps these equal to
+# the attrs classes, the JSON Schema and the OpenAPI types.
+RESOURCE_FIELDS: dict[str, Check] = {
+    "ordinal": _count,
+    "resource_id": _nonempty,
+    "layer": _enum(*(layer.value for layer in Layer)),
+    "uri": _str,
+    "resource_hash": _hex,
+    "byte_size": _count,
+    "media_type": _nonempty,
+}
+_RESOURCE = _obj(RESOURCE_FIELDS)
 _CORPUS = _obj({"corpus_id": _hex, "resources": _list(_RESOURCE)})
 _BODY = _obj({"sha256": _hex, "byte_size": _count, "encoding": _enum(UTF8, BASE64), "content": _str})
-_CANDIDATE = _obj(
-    {
-        "unit_id": _nonempty,
-        "resource_id": _nonempty,
-        "unit_hash": _hex,
-        "resource_hash": _hex,
-        "heading_path": _list(_str),
-        "token_count": _count,
-        "exact_rank": _opt(_rank),
-        "exact_score": _opt(_num),
-        "bm25_rank": _opt(_rank),
-        "bm25_score": _opt(_num),
-        "lexical_rank": _opt(_rank),
-        "dense_rank": _opt(_rank),
-        "dense_score": _opt(_num),
-        "dense_similarity": _opt(_num),
-        "rrf_rank": _rank,
-        "rrf_score": _num,
-        "rerank_rank": _opt(_rank),
-        "rerank_score": _opt(_num),
-        "final_rank": _rank,
-        "final_score": _opt(_num),
-        "disposition": _enum("selected", "excluded"),
-        "exclusion_code": _opt(_nonempty),
-        "delta_action": _opt(_enum("add", "replace", "reuse")),
-    }
-)
-_TRACE = _obj(
-    {
-        "run_id": _nonempty,
-        "project_id": _nonempty,
-        "query": _nonempty,
-        "started_at": _str,
-        "finished_at": _opt(_str),
-        "state_fingerprint": _str,
-        "token_budget": _count,
-        "effective_memory_hash": _hex,
-        "index_revision": _opt(_str),
-        "revisions": _map(_str),
-        "latency_ms": _map(_num),
-        "warm": _bool,
-        "fragment_count": _count,
-        "token_count": _count,
-        "candidates": _list(_CANDIDATE),
-    }
-)
+CANDIDATE_FIELDS: dict[str, Check] = {
+    "unit_id": _nonempty,
+    "resource_id": _nonempty,
+    "unit_hash": _hex,
+    "resource_hash": _hex,
+    "heading_path": _list(_str),
+    "token_count": _count,
+    "exact_rank": _opt(_rank),
+    "exact_score": _opt(_num),
+    "bm25_rank": _opt(_rank),
+    "bm25_score": _opt(_num),
+    "lexical_rank": _opt(_rank),
+    "dense_rank": _opt(_rank),
+    "dense_score": _opt(_num),
+    "dense_similarity": _opt(_num),
+    "rrf_rank": _rank,
+    "rrf_score": _num,
+    "rerank_rank": _opt(_rank),
+    "rerank_score": _opt(_num),
+    "final_rank": _rank,
+    "final_score": _opt(_num),
+    "disposition": _enum("selected", "excluded"),
+    "exclusion_code": _opt(_nonempty),
+    "delta_action": _opt(_enum("add", "replace", "reuse")),
+}
+_CANDIDATE = _obj(CANDIDATE_FIELDS)
+TRACE_FIELDS: dict[str, Check] = {
+    "run_id": _nonempty,
+    "project_id": _nonempty,
+    "query": _nonempty,
+    "started_at": _str,
+    "finished_at": _opt(_str),
+    "state_fingerprint": _str,
+    "token_budget": _count,
+    "effective_memory_hash": _hex,
+    "index_revision": _opt(_str),
+    "revisions": _map(_str),
+    "latency_ms": _map(_num),
+    "warm": _bool,
+    "fragment_count": _count,
+    "token_count": _count,
+    "candidates": _list(_CANDIDATE),
+}
+_TRACE = _obj(TRACE_FIELDS)
 _JUDGMENT = _any  # parse_judgments checks each judgment and names the problem
 _HISTORY = _obj({"version": _rank, "created_at": _opt(_str), "judgments": _list(_JUDGMENT)})
 _CASE = _obj(
