@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from memory_core.ports import (
     BlobStore,
@@ -24,6 +25,7 @@ from memory_core.ports import (
     SourceScanner,
     VectorIndexFactory,
 )
+from memory_core.ports.evaluation import EvaluationStore
 from memory_core.ports.runs import RunRecorder, RunStore
 from memory_core.retrieval.profile import RankingProfile
 from memory_core.retrieval.rerankers import ConvexFusionReranker
@@ -87,9 +89,11 @@ def bootstrap(
     if manifests is None:
         manifests = catalog  # type: ignore[assignment]
     if scanner is None:
-        from memory_core.adapters.files.filesystem_sources import FileSystemScanner
+        from memory_core.adapters.files.filesystem_sources import FileHashCache, FileSystemScanner
 
-        scanner = FileSystemScanner(hash_cache=catalog)
+        # The catalogs (SqliteCatalog, InMemoryCatalog) are the scanner's file hash cache; the
+        # Catalog port leaves it out, since its FileStamp belongs to the files adapter.
+        scanner = FileSystemScanner(hash_cache=cast(FileHashCache, catalog))
         if live_memory is None:
             from memory_core.adapters.files.live_memory import FileSystemLiveMemory
 
@@ -248,28 +252,41 @@ def bootstrap_in_memory(**overrides: Any) -> Engine:
     )
     from memory_core.retrieval.chunking import MarkdownChunker
 
-    catalog = overrides.pop("catalog", None) or InMemoryCatalog()
-    embedder = overrides.pop("embedder", None) or HashingEmbedder()
+    # Each default is held by its port's type, so mypy checks the in-memory adapters against
+    # the ports; ``overrides`` (any type) replace them below.
+    new_catalog: Callable[[], Catalog] = InMemoryCatalog
+    new_embedder: Callable[[], Embedder] = HashingEmbedder
+    catalog = overrides.pop("catalog", None) or new_catalog()
+    embedder = overrides.pop("embedder", None) or new_embedder()
+    scanner: SourceScanner = InMemoryScanner()
+    blobs: BlobStore = InMemoryBlobStore()
+    generations: GenerationStore = InMemoryGenerationStore(locate=catalog.storage_location)
+    chunker: Chunker = MarkdownChunker(WhitespaceTokenCounter(), max_tokens=64)
+    embedding_cache: EmbeddingCache = InMemoryEmbeddingCache()
+    lexical: LexicalIndexFactory = InMemoryLexicalIndexFactory()
+    vectors: VectorIndexFactory = InMemoryVectorIndexFactory()
+    reranker: Reranker = ConvexFusionReranker()
     parts: dict[str, Any] = {
         "catalog": catalog,
         "manifests": catalog,
-        "scanner": InMemoryScanner(),
-        "blobs": InMemoryBlobStore(),
-        "generations": InMemoryGenerationStore(locate=catalog.storage_location),
-        "chunker": MarkdownChunker(WhitespaceTokenCounter(), max_tokens=64),
+        "scanner": scanner,
+        "blobs": blobs,
+        "generations": generations,
+        "chunker": chunker,
         "embedder": embedder,
-        "embedding_cache": InMemoryEmbeddingCache(),
-        "lexical": InMemoryLexicalIndexFactory(),
-        "vectors": InMemoryVectorIndexFactory(),
-        "reranker": ConvexFusionReranker(),
+        "embedding_cache": embedding_cache,
+        "lexical": lexical,
+        "vectors": vectors,
+        "reranker": reranker,
         "profile": RankingProfile(),
     }
     parts.update(overrides)
-    evaluation_store = InMemoryEvaluationStore()
+    evaluation_store: EvaluationStore = InMemoryEvaluationStore()
     if parts.get("history") is None:
-        parts["history"] = InMemoryRunStore(
+        default_history: RunStore = InMemoryRunStore(
             parts["blobs"], catalog=parts["catalog"], corpus_references=evaluation_store.referenced_blobs
         )
+        parts["history"] = default_history
     for factory in (parts["lexical"], parts["vectors"]):
         if hasattr(factory, "relocate") and hasattr(parts["generations"], "on_publish"):
             parts["generations"].on_publish.append(factory.relocate)

@@ -58,8 +58,8 @@ class FolderSources:
                 ) from exc
         keep = {str(rel) for rel in wanted}
         for path in sorted(folder.rglob("*"), reverse=True):
-            rel = path.relative_to(folder).as_posix()
-            if path.is_file() and rel not in keep:
+            name = path.relative_to(folder).as_posix()
+            if path.is_file() and name not in keep:
                 path.unlink()
             elif path.is_dir() and not any(path.iterdir()):
                 path.rmdir()

@@ -33,11 +33,12 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from memory_core.domain.errors import InvalidRequest, MemoryCoreError
+from memory_core.domain.model import Vector
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIMENSIONS = 384
@@ -202,7 +203,9 @@ class MiniLMEmbedder:
             self._tokenizer = tokenizer
             self._model = model
 
-    def embed_documents(self, texts: Sequence[str]) -> list[np.ndarray]:
+    # The Embedder port's Vector is Sequence[float]; a 1-d float32 ndarray is used as one (len,
+    # indexing, iteration) but numpy does not declare it a Sequence, hence the casts below.
+    def embed_documents(self, texts: Sequence[str]) -> list[Vector]:
         texts = list(texts)
         if not texts:
             return []
@@ -215,23 +218,23 @@ class MiniLMEmbedder:
             rows = self._encode([texts[i] for i in batch], self._batch_threads)
             for i, row in zip(batch, rows, strict=True):
                 vectors[i] = row
-        return vectors
+        return cast(list[Vector], vectors)
 
-    def embed_query(self, text: str) -> np.ndarray:
+    def embed_query(self, text: str) -> Vector:
         key = (self.revision, normalized_query(text))
         with self._queries_lock:
             cached = self._queries.get(key)
             if cached is not None:
                 self._queries.move_to_end(key)
-                return cached.copy()  # a copy: a caller writing into it cannot change the cache
+                return cast(Vector, cached.copy())  # a copy: a caller writing into it cannot change the cache
         self.load()
-        vector = self._encode([text], self.query_threads)[0]
+        vector: np.ndarray = self._encode([text], self.query_threads)[0]
         if self.query_cache_size:
             with self._queries_lock:
                 self._queries[key] = vector.copy()
                 while len(self._queries) > self.query_cache_size:
                     self._queries.popitem(last=False)
-        return vector
+        return cast(Vector, vector)
 
     @property
     def cached_queries(self) -> int:

@@ -167,7 +167,7 @@ def ensure_jvm(heap: str = DEFAULT_HEAP) -> ModuleType:
         _route_java_output(jnius)
         _owner_thread = threading.get_ident()
         _jnius = jnius
-        return jnius
+        return _jnius
 
 
 def _route_java_output(jnius: ModuleType) -> None:

@@ -48,7 +48,8 @@ def blas_single_thread() -> AbstractContextManager[Any]:
         from threadpoolctl import ThreadpoolController
 
         _controller = ThreadpoolController()
-    return _controller.limit(limits=1, user_api="blas")
+    limit: AbstractContextManager[Any] = _controller.limit(limits=1, user_api="blas")
+    return limit
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -208,7 +209,8 @@ class UsearchIndexFactory:
         _write_private(directory / META_FILE, json.dumps(meta, sort_keys=True).encode("utf-8"))
 
     def _build_hnsw(self, path: Path, matrix: np.ndarray) -> None:
-        from usearch.index import Index, MetricKind
+        from usearch.compiled import MetricKind  # where usearch.index imports it from
+        from usearch.index import Index
 
         index = Index(
             ndim=matrix.shape[1],
@@ -255,5 +257,6 @@ class UsearchIndexFactory:
         index = Index.restore(str(path), view=True)
         if index is None or index.size != count or index.ndim != dims:
             raise ValueError(f"{path.name} does not match {count} x {dims}")
-        index.expansion_search = self.expansion_search
+        # usearch declares the setter away from the getter, so mypy sees a read-only property
+        index.expansion_search = self.expansion_search  # type: ignore[misc]
         return index

@@ -245,14 +245,14 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
     elif action == "import-beir":
         from memory_core.services.beir_import import import_beir
 
-        result = import_beir(
+        beir = import_beir(
             service, _workspace(engine, home), args.folder, args.project, split=args.split, reviewed=args.reviewed
         )
         if args.json:
-            _emit_json(result.to_dict())
+            _emit_json(beir.to_dict())
         else:
-            out.print(f"imported {result.created} cases ({result.resumed} resumed) into project {result.project_id}")
-            for item in report_tables(result.report):
+            out.print(f"imported {beir.created} cases ({beir.resumed} resumed) into project {beir.project_id}")
+            for item in report_tables(beir.report):
                 out.print(item)
     elif action == "replay":
         from memory_core.evaluation.fixture import load_fixture
@@ -260,20 +260,20 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
         from memory_core.services.replay import baseline_from_report, replay
 
         fixture = _read_json(args.fixture, "fixture", document=True) if args.fixture else None
-        cases = load_fixture(fixture) if fixture is not None else evaluation_set(service)
-        report = _read_json(args.baseline, "baseline report", document=True) if args.baseline else None
-        baseline = baseline_from_report(report) if report is not None else None
-        result = replay(
-            cases,
+        replay_cases = load_fixture(fixture) if fixture is not None else evaluation_set(service)
+        baseline_report = _read_json(args.baseline, "baseline report", document=True) if args.baseline else None
+        baseline = baseline_from_report(baseline_report) if baseline_report is not None else None
+        replayed = replay(
+            replay_cases,
             _workspace(engine, home),
             max_drop=args.max_drop,
             include_unreviewed=args.include_unreviewed,
             baseline=baseline,
         )
         if args.json:
-            _emit_json(to_json(result))
+            _emit_json(to_json(replayed))
         else:
-            for item in replay_summary(result):
+            for item in replay_summary(replayed):
                 out.print(item)
-        return 0 if result.passed else 1
+        return 0 if replayed.passed else 1
     return 0

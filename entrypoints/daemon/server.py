@@ -403,7 +403,7 @@ def serve(
     inode: int | None = None
     engine: Engine | None = None
     context: Context | None = None
-    handlers: dict[int, Any] = {}
+    handlers: dict[signal.Signals, Any] = {}
     stop_watcher: Callable[[], None] | None = None
     if idle_exit_s is None and on_demand:
         idle_exit_s = DEFAULT_IDLE_EXIT_S

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from memory_core.entrypoints.daemon.dispatch import Context
 from memory_core.runs.records import SUCCEEDED, RunFilter
@@ -51,7 +51,8 @@ def database_facts(db: Path) -> dict[str, Any]:
         expected = SCHEMA_VERSION
         conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
         try:
-            version = int(conn.execute("PRAGMA user_version").fetchall()[0][0])
+            # PRAGMA user_version is always an integer; apsw types a cell as any SQLite value
+            version = int(cast(int, conn.execute("PRAGMA user_version").fetchall()[0][0]))
         finally:
             conn.close()
     return {"path": str(db), "bytes": sum(sizes) if sizes else None, "schema_version": version,

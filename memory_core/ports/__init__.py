@@ -26,8 +26,10 @@ from memory_core.retrieval.pipeline import RerankInput
 
 
 class Chunker(Protocol):
-    revision: str
-    parser_revision: str
+    @property
+    def revision(self) -> str: ...
+    @property
+    def parser_revision(self) -> str: ...
 
     def chunk(self, resource_id: str, resource_hash: str, text: str, media_type: str) -> list[Unit]: ...
 
@@ -44,8 +46,10 @@ class SourceScanner(Protocol):
 
 
 class Embedder(Protocol):
-    revision: str
-    dimensions: int
+    @property
+    def revision(self) -> str: ...
+    @property
+    def dimensions(self) -> int: ...
 
     def embed_documents(self, texts: Sequence[str]) -> Sequence[Vector]: ...
 
@@ -59,7 +63,8 @@ class LexicalSearcher(Protocol):
 
 
 class LexicalIndexFactory(Protocol):
-    revision: str
+    @property
+    def revision(self) -> str: ...
 
     def build(self, directory: Path, units: Sequence[Unit], *, previous: Path | None = None) -> None:
         """``previous``: an earlier generation's index of this revision, which the build may
@@ -80,7 +85,8 @@ class VectorSearcher(Protocol):
 
 
 class VectorIndexFactory(Protocol):
-    revision: str
+    @property
+    def revision(self) -> str: ...
 
     def build(self, directory: Path, unit_ids: Sequence[str], vectors: Sequence[Vector]) -> None: ...
 
@@ -202,7 +208,8 @@ class Clock(Protocol):
 
 
 class Reranker(Protocol):
-    revision: str
+    @property
+    def revision(self) -> str: ...
 
     def rerank(self, query: str, candidates: Sequence[RerankInput]) -> list[float]:
         """One score per candidate, in order; higher is better."""

@@ -527,6 +527,7 @@ def is_markdown(media_type: str) -> bool:
 
 
 class TokenCounter(Protocol):
-    revision: str
+    @property
+    def revision(self) -> str: ...
 
     def count(self, text: str) -> int: ...
