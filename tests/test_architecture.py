@@ -117,3 +117,11 @@ def test_importing_the_engine_loads_no_heavy_library() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_fakes_depend_on_the_core_only() -> None:
+    """adapters/in_memory implements the ports for fast tests with nothing but the core's rules."""
+    for path in sorted((ROOT / "adapters" / "in_memory").rglob("*.py")):
+        for module in imported_modules(path):
+            assert not (module.startswith("memory_core.adapters") and not module.startswith(
+                "memory_core.adapters.in_memory")), f"{path.name} imports {module}"

@@ -11,18 +11,12 @@ from pathlib import Path
 
 from memory_core.adapters.system.crash_points import crash_point
 from memory_core.domain.canonical import is_sha256_hex, sha256_hex
-from memory_core.domain.errors import BlobCorrupted, BlobNotFound, InvalidRequest
+from memory_core.domain.errors import BlobCorrupted, BlobNotFound
+from memory_core.domain.storage_rules import check_digest  # noqa: F401  (re-exported)
 
 TEMP_PREFIX = ".tmp-"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
-
-
-def check_digest(digest: str) -> str:
-    """Only a lowercase SHA-256 names a blob; anything else could walk out of the store."""
-    if not is_sha256_hex(digest):
-        raise InvalidRequest(f"not a SHA-256 digest: {digest!r}", digest=digest)
-    return digest
 
 
 def fsync_dir(path: Path) -> None:

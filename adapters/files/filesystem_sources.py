@@ -28,13 +28,11 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from memory_core.domain.canonical import is_utf8_text, printable, sha256_hex
 from memory_core.domain.errors import SourceUnavailable
 from memory_core.domain.model import ScannedResource, Source
-
-# The rules live in the core, where fixture import applies them too (a replay scans its corpus).
 from memory_core.domain.resource_rules import (  # noqa: F401  (re-exported for the in-memory twin and the watcher)
     DEFAULT_MAX_BYTES,
     MEDIA_TYPES,
@@ -45,23 +43,12 @@ from memory_core.domain.resource_rules import (  # noqa: F401  (re-exported for 
     too_large,
 )
 
+# The rules live in the core, where fixture import applies them too (a replay scans its corpus).
+from memory_core.domain.storage_rules import FileStamp  # noqa: F401  (re-exported)
+
 # A file modified this recently may change again within the clock's granularity without its
 # stamp changing, so its hash is not cached yet (git's "racily clean" rule).
 RACY_WINDOW_NS = 2_000_000_000
-
-
-class FileStamp(NamedTuple):
-    """What the hash cache compares: any content write changes ``ctime_ns``, and replacing the
-    file (a rename over it, ``tar`` extracting) changes ``inode``."""
-
-    size: int
-    mtime_ns: int
-    ctime_ns: int
-    inode: int
-
-    @classmethod
-    def of(cls, st: os.stat_result) -> FileStamp:
-        return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
 class FileHashCache(Protocol):

@@ -19,7 +19,6 @@ import errno
 import hashlib
 import json
 import os
-import re
 import secrets
 import shutil
 import tempfile
@@ -33,13 +32,12 @@ from memory_core.adapters.system.crash_points import crash_point
 from memory_core.domain.canonical import canonical_json
 from memory_core.domain.errors import GenerationCorrupted, InvalidRequest, InvalidStorageLocation
 from memory_core.domain.model import Unit, validate_project_id
+from memory_core.domain.storage_rules import REVISION_PATTERN, STAGING_PREFIX, check_revision  # noqa: F401
 
-STAGING_PREFIX = ".staging-"
 TRASH_PREFIX = ".trash-"
 SEALED = "SEALED"
 UNITS = "units.jsonl"
 SEAL_FORMAT = 1
-_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 
 def _left_by_interrupted_copy(destination: Path) -> bool:
@@ -51,15 +49,9 @@ def _left_by_interrupted_copy(destination: Path) -> bool:
         return False
     return all(
         (gens / name).is_dir() and not (gens / name).is_symlink()
-        and (name.startswith(STAGING_PREFIX) or _REVISION.match(name) is not None)
+        and (name.startswith(STAGING_PREFIX) or REVISION_PATTERN.match(name) is not None)
         for name in os.listdir(gens)
     )  # fmt: skip
-
-
-def check_revision(index_revision: str) -> str:
-    if not isinstance(index_revision, str) or not _REVISION.match(index_revision):
-        raise InvalidRequest(f"invalid index revision {index_revision!r}", index_revision=index_revision)
-    return index_revision
 
 
 def _hash_and_sync(path: Path) -> str:
@@ -143,7 +135,7 @@ class FileGenerationStore:
             names = os.listdir(gens)
         except FileNotFoundError:
             return []
-        return sorted(n for n in names if _REVISION.match(n) and (gens / n).is_dir())
+        return sorted(n for n in names if REVISION_PATTERN.match(n) and (gens / n).is_dir())
 
     def stage(self, project_id: str) -> Path:
         gens = self.generations_dir(project_id)
@@ -230,7 +222,7 @@ class FileGenerationStore:
             elif entry.name.startswith(STAGING_PREFIX):
                 if entry.stat(follow_symlinks=False).st_mtime <= stale_before:
                     self._trash(Path(entry.path))
-            elif _REVISION.match(entry.name):
+            elif REVISION_PATTERN.match(entry.name):
                 self._trash(Path(entry.path))
 
     def discard(self, staging: Path) -> None:

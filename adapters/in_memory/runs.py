@@ -8,31 +8,13 @@ from collections.abc import Callable, Iterable, Sequence
 
 import attrs
 
-from memory_core.adapters.sqlite.runs import (
-    BLOB_GRACE_S,
-    INTERRUPTED,
-    INTERRUPTED_STAGE,
-    MAX_ERROR_FIELD,
-    Owner,
-    bounded,
-    check_listing,
-    check_manifest,
-    collect_blobs,
-    contains_ascii_nocase,
-    current_boot_id,
-    decode_cursor,
-    encode_cursor,
-    interrupted_summary,
-    new_run_id,
-    total_ms,
-)
-from memory_core.adapters.sqlite.runs import (
-    _OwnerOfThisProcess as OwnerOfThisProcess,
-)
+from memory_core.domain.clock import utc_now_iso
 from memory_core.domain.errors import InvalidRequest, RunNotFound, StorageUnavailable
 from memory_core.domain.model import EffectiveMemory, ManifestEntry
 from memory_core.ports import BlobStore
 from memory_core.ports.runs import RunRecorder
+from memory_core.runs.listing import check_listing, contains_ascii_nocase, decode_cursor, encode_cursor
+from memory_core.runs.owners import Owner, OwnerOfThisProcess, current_boot_id
 from memory_core.runs.records import (
     FAILED,
     MAX_ERROR_SUMMARY,
@@ -48,6 +30,18 @@ from memory_core.runs.records import (
     RunStart,
     RunSummary,
     RunTrace,
+)
+from memory_core.runs.rules import (
+    BLOB_GRACE_S,
+    INTERRUPTED,
+    INTERRUPTED_STAGE,
+    MAX_ERROR_FIELD,
+    bounded,
+    check_manifest,
+    collect_blobs,
+    interrupted_summary,
+    new_run_id,
+    total_ms,
 )
 
 
@@ -324,8 +318,6 @@ def _matches(s: RunSummary, f: RunFilter) -> bool:
 
 
 def _utc_now() -> str:
-    from memory_core.adapters.sqlite.database import utc_now_iso
-
     return utc_now_iso()
 
 

@@ -9,18 +9,6 @@ from pathlib import Path
 
 import attrs
 
-from memory_core.adapters.files.blob_store import check_digest
-from memory_core.adapters.files.filesystem_sources import (
-    DEFAULT_MAX_BYTES,
-    FileStamp,
-    is_hidden,
-    media_type_for,
-    resource_id_problem,
-    text_problem,
-    too_large,
-)
-from memory_core.adapters.files.generation_store import STAGING_PREFIX, check_revision
-from memory_core.adapters.sqlite.catalog import manifest_json
 from memory_core.domain.canonical import is_utf8_text, printable, sha256_hex
 from memory_core.domain.errors import (
     BlobCorrupted,
@@ -42,6 +30,15 @@ from memory_core.domain.model import (
     Unit,
     validate_project_id,
 )
+from memory_core.domain.resource_rules import (
+    DEFAULT_MAX_BYTES,
+    is_hidden,
+    media_type_for,
+    resource_id_problem,
+    text_problem,
+    too_large,
+)
+from memory_core.domain.storage_rules import STAGING_PREFIX, FileStamp, check_digest, check_revision, manifest_json
 
 
 @attrs.define

@@ -23,6 +23,7 @@ from memory_core.domain.model import (
     Source,
     validate_project_id,
 )
+from memory_core.domain.storage_rules import manifest_json  # noqa: F401  (re-exported)
 
 # (path, (size, mtime_ns, ctime_ns, inode), sha256): filesystem_sources.FileStamp is the stamp.
 FileHashRow = tuple[str, tuple[int, int, int, int], str]
@@ -41,11 +42,6 @@ class _Clock(Protocol):
 class _UtcClock:
     def now_iso(self) -> str:
         return utc_now_iso()
-
-
-def manifest_json(entries: Sequence[ManifestEntry]) -> bytes:
-    """The canonical manifest whose SHA-256 is the Effective Memory hash."""
-    return canonical_json([e.to_dict() for e in entries])
 
 
 def _generation_from_row(row: Sequence[Any]) -> Generation:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +11,7 @@ import apsw
 import attrs
 
 from memory_core.adapters.sqlite.migrations import MIGRATIONS, migration_number
+from memory_core.domain.clock import utc_now_iso  # noqa: F401  (re-exported)
 from memory_core.domain.errors import StorageUnavailable
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -62,10 +62,6 @@ def write_transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-
-
-def utc_now_iso() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def schema_version(conn: apsw.Connection) -> int:

@@ -13,17 +13,13 @@ a crash between the two leaves orphans that the next ``clear`` sweeps.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import concurrent.futures
 import functools
 import json
 import logging
 import operator
 import os
-import secrets
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from json.encoder import encode_basestring
@@ -34,15 +30,23 @@ import attrs
 
 from memory_core.adapters.sqlite.database import SiblingSettings, storage_errors, utc_now_iso, write_transaction
 from memory_core.adapters.system.crash_points import CRASH_EXIT, CRASH_POINT_ENV, crash_point
-from memory_core.domain.canonical import canonical_json, sha256_hex
+from memory_core.domain.canonical import canonical_json
 from memory_core.domain.errors import InvalidRequest, RunNotFound
 from memory_core.domain.model import EffectiveMemory, Layer, ManifestEntry, Unit
 from memory_core.ports import BlobStore
 from memory_core.retrieval.pipeline import Candidate
+from memory_core.runs.listing import (  # noqa: F401  (re-exported)
+    STATUSES,
+    check_listing,
+    contains_ascii_nocase,
+    decode_cursor,
+    encode_cursor,
+    like_escape,
+)
+from memory_core.runs.owners import Owner, OwnerOfThisProcess, current_boot_id, owner_gone  # noqa: F401
 from memory_core.runs.records import (
     FAILED,
     MAX_ERROR_SUMMARY,
-    MAX_PAGE,
     MAX_RUNS_PER_PROJECT,
     RUNNING,
     SUCCEEDED,
@@ -56,15 +60,22 @@ from memory_core.runs.records import (
     RunSummary,
     RunTrace,
 )
+from memory_core.runs.rules import (  # noqa: F401  (re-exported)
+    BLOB_GRACE_S,
+    INTERRUPTED,
+    INTERRUPTED_STAGE,
+    MAX_ERROR_FIELD,
+    bounded,
+    check_manifest,
+    collect_blobs,
+    interrupted_summary,
+    new_run_id,
+    total_ms,
+)
 
 log = logging.getLogger(__name__)
 
-STATUSES = (RUNNING, SUCCEEDED, FAILED)
-INTERRUPTED = "retrieval_interrupted"
-INTERRUPTED_STAGE = "unknown"
-MAX_ERROR_FIELD = 100  # error stage and code are short stable words; bound them anyway
 MAX_UNWRITTEN_FAILURES = 1000  # Runs kept for a retry of their failure mark; beyond, recovery's job
-BLOB_GRACE_S = 3600.0  # a younger unreferenced blob may belong to an index build in progress
 # Named points where a test may crash the process (or a ``fault`` hook may raise).
 AFTER_CANDIDATES = "runs.complete.after_candidates"
 AFTER_CLEAR_COMMIT = "runs.clear.after_commit"
@@ -80,200 +91,6 @@ class _UtcClock:
 
 
 # -- owners -------------------------------------------------------------------------------------
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="ascii", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def current_boot_id() -> str | None:
-    raw = _read("/proc/sys/kernel/random/boot_id")
-    return raw.strip() if raw else None
-
-
-def _proc_stat(pid: int) -> tuple[str, str] | None:
-    """(state, start time in clock ticks since boot) from ``/proc/<pid>/stat``."""
-    raw = _read(f"/proc/{pid}/stat")
-    if not raw or ")" not in raw:
-        return None
-    # The command name may hold spaces and parentheses: split after the last ')'.
-    fields = raw.rsplit(")", 1)[1].split()
-    return (fields[0], fields[19]) if len(fields) > 19 else None
-
-
-@attrs.frozen
-class Owner:
-    """The process that runs an activation; recovery fails a ``running`` Run only once it is gone."""
-
-    pid: int
-    started_at: str | None
-    boot_id: str | None
-
-    @classmethod
-    def current(cls) -> Owner:
-        pid = os.getpid()
-        stat = _proc_stat(pid)
-        return cls(pid, stat[1] if stat else None, current_boot_id())
-
-    def is_alive(self, boot_id: str | None = None) -> bool:
-        """Alive: same boot, the pid exists and is no zombie, and it started when this owner did
-        (otherwise the pid was reused). Without ``/proc`` only the pid is checked."""
-        boot = boot_id if boot_id is not None else current_boot_id()
-        if self.boot_id and boot and self.boot_id != boot:
-            return False
-        if self.pid <= 0:
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass  # exists, owned by someone else
-        except (OverflowError, ValueError):
-            return False
-        stat = _proc_stat(self.pid)
-        if stat is None:
-            return True
-        state, started = stat
-        if state in ("Z", "X"):
-            return False
-        return self.started_at is None or started == self.started_at
-
-
-class _OwnerOfThisProcess:
-    """``Owner.current()``, recomputed after a fork."""
-
-    def __init__(self) -> None:
-        self._owner: Owner | None = None
-
-    def __call__(self) -> Owner:
-        if self._owner is None or self._owner.pid != os.getpid():
-            self._owner = Owner.current()
-        return self._owner
-
-
-def owner_gone(pid: int | None, started_at: str | None, boot_id: str | None, boot: str | None) -> bool:
-    if pid is None:
-        return True
-    return not Owner(int(pid), started_at, boot_id).is_alive(boot)
-
-
-# -- run ids and cursors ------------------------------------------------------------------------
-
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-
-
-class RunIds:
-    """ULID-like ids: 48-bit milliseconds then 80 random bits, Crockford base32, 26 chars.
-    Sortable by creation time; monotonic within a process; unique across processes."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last_ms = -1
-        self._last_rand = 0
-
-    def new(self) -> str:
-        with self._lock:
-            ms = time.time_ns() // 1_000_000
-            if ms <= self._last_ms:
-                ms, rand = self._last_ms, (self._last_rand + 1) % (1 << 80)
-            else:
-                rand = secrets.randbits(80)
-            self._last_ms, self._last_rand = ms, rand
-        value = (ms % (1 << 48)) << 80 | rand
-        return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
-
-
-new_run_id = RunIds().new
-
-
-def encode_cursor(started_at: str, run_id: str) -> str:
-    return base64.urlsafe_b64encode(canonical_json([started_at, run_id])).decode("ascii").rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[str, str]:
-    try:
-        raw = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        if isinstance(raw, list) and len(raw) == 2 and all(isinstance(v, str) for v in raw):
-            return raw[0], raw[1]
-    except (ValueError, binascii.Error, TypeError):
-        pass
-    raise InvalidRequest("invalid cursor: pass the next_cursor of a previous page", cursor=cursor)
-
-
-def check_listing(run_filter: RunFilter, limit: int) -> None:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
-        raise InvalidRequest(f"limit must be an integer from 1 to {MAX_PAGE}", limit=limit)
-    if run_filter.status is not None and run_filter.status not in STATUSES:
-        raise InvalidRequest(f"status must be one of {', '.join(STATUSES)}", status=run_filter.status)
-
-
-def like_escape(text: str) -> str:
-    """A LIKE pattern matching ``text`` literally anywhere (escape character ``\\``)."""
-    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-
-
-def contains_ascii_nocase(haystack: str, needle: str) -> bool:
-    """SQLite's LIKE semantics: case-insensitive for ASCII letters only."""
-    return needle.translate(_ASCII_LOWER) in haystack.translate(_ASCII_LOWER)
-
-
-def bounded(text: str | None, limit: int) -> str | None:
-    return None if text is None else text[:limit]
-
-
-def total_ms(latency: Mapping[str, float]) -> float | None:
-    value = latency.get("total")
-    return float(value) if value is not None else None
-
-
-def check_manifest(effective_memory: EffectiveMemory) -> str:
-    digest = sha256_hex(canonical_json([e.to_dict() for e in effective_memory.entries]))
-    if digest != effective_memory.hash:
-        raise InvalidRequest(
-            "Effective Memory hash does not match its manifest", expected=effective_memory.hash, actual=digest
-        )
-    return digest
-
-
-def collect_blobs(blobs: BlobStore, live: Callable[[], set[str]], grace_s: float) -> int:
-    """Delete blob files not in ``live()`` and older than ``grace_s``; returns how many.
-
-    ``live`` is read after the database commit that made blobs unreferenced, so a blob a new
-    generation took up meanwhile is kept. Files only: a crash here leaves orphans, swept next time.
-    """
-    keep = live()
-    cutoff = time.time() - grace_s
-    deleted = 0
-    for digest in list(blobs.digests()):
-        if digest in keep or not _older_than(blobs, digest, cutoff):
-            continue
-        blobs.delete(digest)
-        deleted += 1
-    sweep = getattr(blobs, "sweep_temp", None)
-    if sweep is not None:
-        sweep()
-    return deleted
-
-
-def _older_than(blobs: BlobStore, digest: str, cutoff: float) -> bool:
-    path_of = getattr(blobs, "path_of", None)
-    if path_of is None:  # a store without files (in memory) has no age
-        return True
-    try:
-        return bool(os.stat(path_of(digest)).st_mtime <= cutoff)
-    except FileNotFoundError:
-        return False
-
-
 # -- rows ---------------------------------------------------------------------------------------
 
 _CANDIDATE_FIELDS = [f.name for f in attrs.fields(CandidateRecord)]
@@ -544,7 +361,7 @@ class SqliteRunStore:
     ) -> None:
         self._conn = conn
         self._blobs = blobs
-        self._owner: Callable[[], Owner] = (lambda: owner) if owner is not None else _OwnerOfThisProcess()
+        self._owner: Callable[[], Owner] = (lambda: owner) if owner is not None else OwnerOfThisProcess()
         self._clock = clock or _UtcClock()
         self._grace = blob_grace_s
         self._fault = fault
@@ -934,9 +751,6 @@ class SqliteRunStore:
                 live.update(str(d) for (d,) in conn.execute(sql) if d is not None)
         return live
 
-
-def interrupted_summary(pid: int | None) -> str:
-    return f"the process that ran this activation (pid {pid}) ended before the Run was recorded"
 
 
 def _json(value: Mapping[str, Any]) -> str:
