@@ -13,28 +13,35 @@ a crash between the two leaves orphans that the next ``clear`` sweeps.
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
 import json
 import logging
-import operator
-import os
 import threading
-import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from json.encoder import encode_basestring
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import apsw
-import attrs
 
-from memory_core.adapters.sqlite.database import SiblingSettings, storage_errors, utc_now_iso, write_transaction
+from memory_core.adapters.sqlite.database import storage_errors, utc_now_iso, write_transaction
+from memory_core.adapters.sqlite.run_rows import (
+    _DELETE_UNUSED_MANIFESTS,
+    _INSERT_CANDIDATE,
+    _RESOURCE_COLUMNS,
+    _SELECT_CANDIDATES,
+    _SUMMARY_COLUMNS,
+    LIVE_BLOB_QUERIES,
+    _candidate_from_row,
+    _candidate_rows,
+    _json,
+    _manifest_rows,
+    _summary_from_row,
+    _UnitColumns,
+)
+from memory_core.adapters.sqlite.run_writer import RunWriter
 from memory_core.adapters.system.crash_points import CRASH_EXIT, CRASH_POINT_ENV, crash_point
-from memory_core.domain.canonical import canonical_json
 from memory_core.domain.errors import InvalidRequest, RunNotFound
-from memory_core.domain.model import EffectiveMemory, Layer, ManifestEntry, Unit
+from memory_core.domain.model import EffectiveMemory, Layer, ManifestEntry
 from memory_core.ports import BlobStore
-from memory_core.retrieval.pipeline import Candidate
 from memory_core.runs.listing import (  # noqa: F401  (re-exported)
     STATUSES,
     check_listing,
@@ -50,14 +57,12 @@ from memory_core.runs.records import (
     MAX_RUNS_PER_PROJECT,
     RUNNING,
     SUCCEEDED,
-    CandidateRecord,
     ClearReport,
     RunDetail,
     RunFailure,
     RunFilter,
     RunPage,
     RunStart,
-    RunSummary,
     RunTrace,
 )
 from memory_core.runs.rules import (  # noqa: F401  (re-exported)
@@ -90,251 +95,7 @@ class _UtcClock:
         return utc_now_iso()
 
 
-# -- owners -------------------------------------------------------------------------------------
 # -- rows ---------------------------------------------------------------------------------------
-
-_CANDIDATE_FIELDS = [f.name for f in attrs.fields(CandidateRecord)]
-_CANDIDATE_COLUMNS = [("heading_path_json" if f == "heading_path" else f) for f in _CANDIDATE_FIELDS]
-_INSERT_CANDIDATE = (
-    f"INSERT INTO retrieval_run_candidates(run_id, {', '.join(_CANDIDATE_COLUMNS)}) "
-    f"VALUES (?{', ?' * len(_CANDIDATE_COLUMNS)})"
-)
-_SELECT_CANDIDATES = (
-    f"SELECT {', '.join(_CANDIDATE_COLUMNS)} FROM retrieval_run_candidates WHERE run_id = ? ORDER BY final_rank"
-)
-_SUMMARY_COLUMNS = (
-    "run_id, project_id, query, status, started_at, finished_at, state_fingerprint, token_budget, "
-    "effective_memory_hash, index_revision, warm, candidate_count, fragment_count, token_count, total_ms, "
-    "error_stage, error_code, error_summary, pinned"
-)
-_RESOURCE_COLUMNS = "manifest_hash, ordinal, resource_id, layer, uri, resource_hash, byte_size, media_type"
-
-
-# A candidate row is the unit's identity columns then the Candidate's stage columns, in
-# CandidateRecord's field order (checked here, so the two can never drift apart silently).
-_UNIT_FIELDS = ("unit_id", "resource_id", "unit_hash", "resource_hash", "heading_path", "token_count")
-_STAGE_FIELDS = tuple(_CANDIDATE_FIELDS[len(_UNIT_FIELDS) :])
-if (
-    tuple(_CANDIDATE_FIELDS[: len(_UNIT_FIELDS)]) != _UNIT_FIELDS
-    or tuple(f.name for f in attrs.fields(Candidate) if f.name != "unit") != _STAGE_FIELDS
-):
-    raise ImportError("CandidateRecord and Candidate disagree on the stored columns")
-_GET_UNIT_FIELDS = operator.attrgetter("unit_id", "resource_id", "unit_hash", "resource_hash")
-_GET_STAGE_FIELDS = operator.attrgetter(*_STAGE_FIELDS)
-
-
-class _UnitColumns:
-    """The identity columns of a candidate row, per Unit, built once per Unit object.
-
-    On the activation's hot path (one row per candidate, ~180 per Run); a loaded generation
-    hands every activation the same Unit objects, so most candidates were seen before (saves
-    ~0.08 ms a Run). Keyed by ``id(unit)`` beside a weak reference to the unit: a hit must be
-    that very object (a freed unit's id can be reused), and the cache never keeps a replaced
-    generation's texts alive. Emptied when full."""
-
-    def __init__(self, limit: int = 100_000) -> None:
-        self._limit = limit
-        self._seen: dict[int, tuple[weakref.ref[Unit], tuple[Any, ...]]] = {}
-
-    def __call__(self, unit: Unit) -> tuple[Any, ...]:
-        hit = self._seen.get(id(unit))
-        if hit is not None and hit[0]() is unit:
-            return hit[1]
-        columns = (*_GET_UNIT_FIELDS(unit), _heading_path_json(unit.heading_path), unit.token_count)
-        if len(self._seen) >= self._limit:
-            self._seen = {}
-        self._seen[id(unit)] = (weakref.ref(unit), columns)
-        return columns
-
-
-def _candidate_rows(run_id: str, candidates: Iterable[Candidate], unit_columns: _UnitColumns) -> list[tuple[Any, ...]]:
-    return [(run_id, *unit_columns(c.unit), *_GET_STAGE_FIELDS(c)) for c in candidates]
-
-
-def _heading_path_json(heading_path: Sequence[str]) -> str:
-    """``json.dumps(list(heading_path), ensure_ascii=False)``, byte for byte, in a quarter of the
-    time: the C string encoder json.dumps itself uses, without its per-call set-up (~180 calls
-    per Run, most of them for a heading path no earlier Run had)."""
-    return "[" + ", ".join(map(encode_basestring, heading_path)) + "]"
-
-
-def _json_list(value: Sequence[str]) -> str:
-    return json.dumps(list(value), ensure_ascii=False)
-
-
-def _candidate_from_row(row: Sequence[Any]) -> CandidateRecord:
-    values = dict(zip(_CANDIDATE_FIELDS, row, strict=True))
-    values["heading_path"] = tuple(json.loads(values["heading_path"]))
-    return CandidateRecord(**values)
-
-
-def _summary_from_row(row: Sequence[Any]) -> RunSummary:
-    (run_id, project_id, query, status, started_at, finished_at, fingerprint, budget, em_hash, revision, warm,
-     candidates, fragments, tokens, total, stage, code, summary, pinned) = row  # fmt: skip
-    return RunSummary(
-        run_id=run_id,
-        project_id=project_id,
-        query=query,
-        status=status,
-        started_at=started_at,
-        finished_at=finished_at,
-        state_fingerprint=fingerprint,
-        token_budget=int(budget),
-        effective_memory_hash=em_hash,
-        index_revision=revision,
-        warm=None if warm is None else bool(warm),
-        candidate_count=int(candidates),
-        fragment_count=int(fragments),
-        token_count=int(tokens),
-        total_ms=None if total is None else float(total),
-        error_stage=stage,
-        error_code=code,
-        error_summary=summary,
-        pinned=bool(pinned),
-    )
-
-
-def _manifest_rows(manifest_hash: str, entries: Iterable[ManifestEntry]) -> list[tuple[Any, ...]]:
-    return [
-        (manifest_hash, e.ordinal, e.resource_id, e.layer.value, e.uri, e.resource_hash, e.byte_size, e.media_type)
-        for e in entries
-    ]
-
-
-# Where a blob is referenced. A blob is live while any of these names it (brief §6). Each entry is
-# (table that must exist, query yielding digests): evaluation corpora arrive with their own
-# migration, and adding a reference is one line here.
-LIVE_BLOB_QUERIES: tuple[tuple[str, str], ...] = (
-    (
-        "retrieval_run_resources",
-        "SELECT r.resource_hash FROM retrieval_run_resources r WHERE r.manifest_hash IN "
-        "(SELECT effective_memory_hash FROM retrieval_runs WHERE effective_memory_hash IS NOT NULL)",
-    ),
-    (
-        "project_generation_pointers",
-        "SELECT json_extract(j.value, '$.resource_hash') FROM project_generation_pointers p "
-        "JOIN generations g ON g.project_id = p.project_id "
-        " AND g.index_revision IN (p.current_revision, p.previous_revision) "
-        "JOIN manifests m ON m.manifest_hash = coalesce(g.manifest_hash, g.effective_memory_hash), "
-        "json_each(m.entries_json) j",
-    ),
-    ("evaluation_corpus_resources", "SELECT resource_hash FROM evaluation_corpus_resources"),
-)
-
-# Manifest rows stay while a Run or a current/previous generation refers to them (so the first
-# Run after an index never has to copy a manifest).
-_DELETE_UNUSED_MANIFESTS = (
-    "DELETE FROM retrieval_run_resources WHERE manifest_hash NOT IN ("
-    " SELECT effective_memory_hash FROM retrieval_runs WHERE effective_memory_hash IS NOT NULL"
-    " UNION SELECT coalesce(g.manifest_hash, g.effective_memory_hash) FROM project_generation_pointers p"
-    " JOIN generations g ON g.project_id = p.project_id"
-    "  AND g.index_revision IN (p.current_revision, p.previous_revision))"
-)
-
-
-class RunWriter:
-    """One writer thread with its own connection, in order: it inserts ``running`` Runs while the
-    pipeline ranks, and writes completed traces right behind the answer.
-
-    The insert and the retention prune (~0.5 ms) then overlap the ranking pipeline instead of
-    adding to the agent's latency: the query embedding holds one core and the other is idle.
-    ``wait`` re-raises an insert's error to whoever completes or fails that Run (the engine
-    then answers with ``run_id`` null, as for any history failure). A crash in the first
-    moments of an activation can therefore leave no Run at all; the agent had no answer then.
-
-    A completed trace (already turned into rows on the caller's thread, so what is stored is
-    what was answered) is committed behind the answer; the Run reads ``running`` until then,
-    and a crash in between leaves it to recovery (``retrieval_interrupted``). Every read of
-    this store ``settle``s first, so this process always reads its own writes.
-
-    An in-memory database (no second connection can see it), or an interpreter shutting down
-    (no new thread), gets every write inline instead.
-    """
-
-    def __init__(self, main: apsw.Connection, main_lock: threading.RLock) -> None:
-        self._main, self._main_lock = main, main_lock
-        self._sibling = SiblingSettings.of(main)
-        if self._sibling is not None:
-            # WAL checkpoints (~10 ms every few dozen Runs) then happen on the writer's commits,
-            # off the agent's path, instead of inside a `complete` (SQLite's default: whichever
-            # commit crosses 1,000 WAL pages).
-            main.execute("PRAGMA wal_autocheckpoint = 0")
-        self._lock = threading.Lock()
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._conn: apsw.Connection | None = None  # used by the writer thread only
-        self._pid = 0
-        self._pending: dict[str, concurrent.futures.Future[None]] = {}
-        self._behind: set[concurrent.futures.Future[None]] = set()
-
-    def _submit(self, job: Callable[[apsw.Connection], None]) -> concurrent.futures.Future[None] | None:
-        """Queue ``job`` for the writer thread (the caller holds ``self._lock``); None: no thread."""
-        if self._sibling is None:
-            return None
-        if self._executor is None or self._pid != os.getpid():  # none yet, or forked
-            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="memcore-runs")
-            self._pid, self._pending, self._behind, self._conn = os.getpid(), {}, set(), None
-        try:
-            return self._executor.submit(self._run, job)
-        except RuntimeError:  # shutting down: no new threads
-            return None
-
-    def submit(self, run_id: str, insert: Callable[[apsw.Connection], None]) -> None:
-        with self._lock:
-            future = self._submit(insert)
-            if future is not None:
-                self._pending[run_id] = future
-                return
-        with self._main_lock:
-            insert(self._main)
-
-    def write_behind(self, write: Callable[[apsw.Connection], None]) -> bool:
-        """Queue ``write`` (it handles its own errors); False when it must run inline instead."""
-        with self._lock:
-            future = self._submit(write)
-            if future is None:
-                return False
-            self._behind.add(future)
-        future.add_done_callback(self._forget)
-        return True
-
-    def _forget(self, future: concurrent.futures.Future[None]) -> None:
-        with self._lock:
-            self._behind.discard(future)
-
-    def _run(self, job: Callable[[apsw.Connection], None]) -> None:
-        if self._conn is None:
-            assert self._sibling is not None
-            self._conn = self._sibling.open()
-        job(self._conn)
-
-    def wait(self, run_id: str) -> None:
-        with self._lock:
-            future = self._pending.pop(run_id, None)
-        if future is not None:
-            future.result()
-
-    def settle(self) -> None:
-        """Wait for every queued write; forget the inserts that succeeded (``wait`` needs none)."""
-        with self._lock:
-            pending = list(self._pending.items())
-            behind = list(self._behind)
-        if not pending and not behind:
-            return
-        concurrent.futures.wait([f for _, f in pending] + behind)
-        with self._lock:
-            for run_id, future in pending:
-                if future.exception() is None:
-                    self._pending.pop(run_id, None)
-
-    def close(self) -> None:
-        self.settle()
-        with self._lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True)
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
 
 
 class SqliteRunStore:
@@ -753,8 +514,6 @@ class SqliteRunStore:
 
 
 
-def _json(value: Mapping[str, Any]) -> str:
-    return canonical_json(dict(value)).decode("utf-8")
 
 
 __all__ = [

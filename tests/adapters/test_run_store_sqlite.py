@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from memory_core.adapters.files.blob_store import FileBlobStore
 from memory_core.adapters.sqlite import SCHEMA_VERSION, SqliteCatalog, open_database, schema_version
+from memory_core.adapters.sqlite.run_rows import _heading_path_json, _UnitColumns
 from memory_core.adapters.sqlite.runs import (
     AFTER_CANDIDATES,
     AFTER_CLEAR_COMMIT,
@@ -30,8 +31,6 @@ from memory_core.adapters.sqlite.runs import (
     CRASH_POINT_ENV,
     INTERRUPTED,
     SqliteRunStore,
-    _heading_path_json,
-    _UnitColumns,
 )
 from memory_core.domain.errors import InvalidRequest, RunNotFound, StorageUnavailable
 from memory_core.domain.model import (
