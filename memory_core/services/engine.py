@@ -207,6 +207,7 @@ class OpenGeneration:
         self.vectors = vectors
 
     def close(self) -> None:
+        """Release the open indexes and let pending Run writes land; the engine is unusable after."""
         self.lexical.close()
         self.vectors.close()
 
@@ -270,6 +271,8 @@ class Engine:
 
     # -- projects -------------------------------------------------------------------------
     def add_project(self, name: str, sources: Sequence[Source]) -> Project:
+        """Register project ``name`` over ``sources`` and return it; raises ``InvalidRequest`` (no
+        source, bad name or path), ``ProjectExists`` or ``SourceUnavailable``."""
         if not sources:
             raise InvalidRequest("a project needs at least one source", project=name)
         for source in sources:
@@ -279,9 +282,11 @@ class Engine:
         return project
 
     def list_projects(self) -> list[ProjectInfo]:
+        """Every project with its current generation (``None`` before the first index)."""
         return [ProjectInfo(p, self.catalog.current_generation(p.project_id)) for p in self.catalog.list_projects()]
 
     def show_project(self, name: str) -> ProjectInfo:
+        """One project and its current generation; raises ``ProjectNotFound``."""
         project = self.catalog.get_project(name)
         return ProjectInfo(project, self.catalog.current_generation(name))
 
@@ -311,6 +316,7 @@ class Engine:
 
     # -- Project Local Storage (brief §6: never touches Runs, Cases or blobs) -----------------
     def project_storage(self, name: str) -> ProjectStorage:
+        """Where the project's generations are stored and their sizes; raises ``ProjectNotFound``."""
         self.catalog.get_project(name)
         pointed = ((PREVIOUS, self.catalog.previous_generation(name)), (CURRENT, self.catalog.current_generation(name)))
         roles = {g.index_revision: role for role, g in pointed if g is not None}
@@ -368,12 +374,15 @@ class Engine:
             opened.close()
 
     def index(self, name: str, *, force: bool = False, progress: Progress | None = None) -> IndexReport:
+        """Index the project's sources into a new generation (``force``: even when nothing changed)
+        and return the ``IndexReport``; raises ``ProjectNotFound``, ``SourceUnavailable``, ``EmptyProject``."""
         if progress is None:
             return self.indexer.index(name, force=force)
         return self.indexer.index(name, force=force, progress=progress)
 
     # -- activation -----------------------------------------------------------------------
     def revisions(self, generation: Generation | None) -> dict[str, str]:
+        """The revisions (models, profile, index) an activation over ``generation`` answers with."""
         revs = {
             "exact": EXACT_REVISION,
             "reranker_model": self.reranker.revision,
@@ -435,6 +444,9 @@ class Engine:
         budget: int | None = None,
         state: ActivationState | Mapping[str, Any] | None = None,
     ) -> Activation:
+        """Rank the project's memory for ``query`` within ``budget`` tokens and return the Activation
+        (its ``response`` for the agent); raises ``InvalidQuery``, ``InvalidBudget``,
+        ``InvalidActivationState``, ``ProjectNotFound``, ``ProjectNotIndexed``, ``RetrievalFailed``."""
         clock = _StageClock()
         # Validation: a request failing here gets a typed error and creates no Run.
         project = self.catalog.get_project(validate_project_id(project_id))
@@ -612,6 +624,7 @@ class Engine:
         return self.history
 
     def list_runs(self, run_filter: RunFilter | None = None, *, limit: int = 50, cursor: str | None = None) -> RunPage:
+        """A page of Retrieval Run summaries, newest first; raises ``StorageUnavailable`` without history."""
         return self._runs().list_runs(run_filter or RunFilter(), limit=limit, cursor=cursor)
 
     def get_run(self, run_id: str, *, manifest: bool = False) -> RunDetail:
@@ -624,25 +637,33 @@ class Engine:
         return detail
 
     def clear_runs(self, project_id: str | None = None) -> ClearReport:
+        """Delete the Runs (of ``project_id``, or all) no Evaluation Case pins; raises
+        ``ProjectNotFound``, ``StorageUnavailable``."""
         if project_id is not None:
             self.catalog.get_project(project_id)
         return self._runs().clear(project_id)
 
     # -- Evaluation Sets (the seed's method names; the rest is on ``engine.evaluation``) ------
     def evaluations(self) -> EvaluationService:
+        """The evaluation service; raises ``StorageUnavailable`` when evaluation is not enabled."""
         if self.evaluation is None:
             raise StorageUnavailable("evaluation is not enabled for this engine")
         return self.evaluation
 
     def create_evaluation_case(self, run_id: str) -> Case:
+        """Freeze succeeded Run ``run_id`` as an Evaluation Case and return it; raises ``RunNotFound``,
+        ``EvaluationRunNotSucceeded``, ``EvaluationCaseExists``."""
         return self.evaluations().create_case(run_id)
 
     def replace_evaluation_judgments(
         self, case_id: str, expected_judgment_version: int, judgments: object
     ) -> JudgmentSet:
+        """Replace a case's judgments if its version is still ``expected_judgment_version``; returns
+        the new set; raises ``EvaluationCaseNotFound``, ``EvaluationJudgmentConflict``, ``InvalidJudgments``."""
         return self.evaluations().replace_judgments(case_id, expected_judgment_version, judgments)
 
     def evaluation_report(self, project_id: str | None = None, case_ids: Sequence[str] | None = None) -> Report:
+        """The metrics report over the project's (or the named) cases; raises ``StorageUnavailable``."""
         return self.evaluations().report(project_id, case_ids)
 
     def export_evaluation_document(
@@ -679,6 +700,8 @@ class Engine:
         )
 
     def import_evaluation_set(self, data: bytes | str | Mapping[str, Any]) -> ImportResult:
+        """Import a fixture (bytes, text or document) and return what it added; raises
+        ``InvalidFixture``, ``FixtureHashMismatch``, ``EvaluationImportConflict``."""
         return self.evaluations().import_fixture(data)
 
     # -- recording (history never changes the agent's answer) -----------------------------
@@ -722,9 +745,16 @@ class Engine:
             log.warning("Retrieval Run %s stays running until recovery", run_id)
 
     def close(self) -> None:
+        """Release the open indexes and let pending Run writes land; the engine is unusable after."""
         with self._lock:
             opened, self._open = list(self._open.values()), {}
         for o in opened:
             o.close()
         if self.history is not None:
             self.history.close()  # pending Run writes land before the caller lets go
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
