@@ -15,7 +15,6 @@ inside ``open()`` and the adapters, never at import time.
 from __future__ import annotations
 
 import os
-from importlib import metadata as _metadata
 from typing import Any
 
 from memory_core.domain.errors import (
@@ -36,6 +35,7 @@ from memory_core.domain.errors import (
     StorageUnavailable,
 )
 from memory_core.domain.model import Generation, Project, Source
+from memory_core.domain.version import package_version
 from memory_core.retrieval.activation_state import ActivationState
 from memory_core.runs.records import RunDetail, RunFilter, RunPage, RunSummary
 from memory_core.services.engine import (
@@ -48,10 +48,7 @@ from memory_core.services.engine import (
 )
 from memory_core.services.indexing import IndexReport
 
-try:
-    __version__: str = _metadata.version("memory-core")
-except _metadata.PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
+__version__: str = package_version()
 
 
 def open(home: str | os.PathLike[str] | None = None, **overrides: Any) -> Engine:  # noqa: A001

@@ -38,12 +38,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _package_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from memory_core.domain.version import package_version
 
-    try:
-        return version("memory-core")
-    except PackageNotFoundError:  # a plain checkout without an install
-        return "0+unknown"
+    return package_version()
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:

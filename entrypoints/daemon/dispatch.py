@@ -115,15 +115,11 @@ class Context:
 
 # -- handlers ---------------------------------------------------------------------------------
 def runtime_status(ctx: Context, _: api.RuntimeStatusRequest) -> api.RuntimeStatus:
-    from importlib.metadata import PackageNotFoundError, version
+    from memory_core.domain.version import package_version
 
-    try:
-        package_version = version("memory-core")
-    except PackageNotFoundError:  # a plain checkout without an install
-        package_version = "0+unknown"
     return api.RuntimeStatus(
         service=SERVICE,
-        version=package_version,
+        version=package_version(),
         api_version=api.API_VERSION,
         pid=os.getpid(),
         home=ctx.home,

@@ -671,12 +671,9 @@ def build_server(forwarder: Forwarder, version: str = "") -> Any:
 
 
 def _package_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from memory_core.domain.version import package_version
 
-    try:
-        return version("memory-core")
-    except PackageNotFoundError:
-        return "0+unknown"
+    return package_version()
 
 
 def main(home: str | None = None, *, start_timeout_s: float = 60.0, log_level: str = "warning",
