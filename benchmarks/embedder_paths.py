@@ -1,15 +1,14 @@
 """MiniLM inference paths by ranking quality and speed (issue 17, item 2).
 
 For Cranfield and CISI, every whole document (``# title`` + abstract, as the engine sees a
-one-unit resource) is embedded with each inference path of ``MiniLMEmbedder`` (fp32, torch
-dynamic int8 per-channel); each query's documents are ranked by cosine alone (dense-only, no
-lexical list), and nDCG@10 of each path is compared with fp32's by a paired bootstrap over
-queries. Speed: one short query (its first five words) and one whole query embedded by each
+one-unit resource) is embedded with each inference path: ``MiniLMEmbedder`` (torch fp32, torch
+dynamic int8 per-channel) and ``OnnxMiniLMEmbedder`` (ONNX Runtime fp32 and dynamic int8
+per-channel, the graph built from the same weights); each query's documents are ranked by cosine alone (dense-only, no
+lexical list), and nDCG@10 of each path is compared with torch fp32's (today's default) by a
+paired bootstrap over queries. Speed: one short query (its first five words) and one whole query embedded by each
 path in turn, query by query (interleaved, so other jobs on the machine slow every path alike),
 measured as wall time and as the thread's CPU time (what the path costs, whatever else runs);
-and documents per second, each path embedding the same documents.
-
-ONNX Runtime int8 is not measured: exporting needs the ``onnx`` package, which is not installed.
+and documents per second, each path embedding the same documents in batches (one thread).
 """
 
 from __future__ import annotations
@@ -25,7 +24,13 @@ import numpy as np
 from benchmarks.common import CISI, CRANFIELD, percentile, write_result
 
 NAME = "embedder_paths"
-PATHS = ("fp32", "int8")
+# Path name -> (embedder class, inference); "fp32" (torch) is the reference every interval is against.
+PATHS = {
+    "fp32": ("torch", "fp32"),
+    "int8": ("torch", "int8"),
+    "onnx-fp32": ("onnx", "fp32"),
+    "onnx-int8": ("onnx", "int8"),
+}
 COLLECTIONS = {"cranfield": CRANFIELD, "cisi": CISI}
 SPEED_QUERIES = 60
 QUICK_QUERIES = 30
@@ -38,6 +43,7 @@ DECISION = (
     "decides. ONNX Runtime int8 is not measured: the export needs the `onnx` package, not installed."
 )
 DEPTH = 100
+CHUNK = 64
 
 
 def _collection(root: Path) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
@@ -66,10 +72,21 @@ def _quality(embedders: dict[str, Any], root: Path, quick: bool) -> dict[str, An
     scores: dict[str, dict[str, float]] = {}
     throughput: dict[str, float] = {}
     trec = TrecEval(qrels, ("ndcg_cut_10",))
+    # Documents embedded in chunks, path after path within each chunk (interleaved, so a burst of
+    # other load slows every path alike); each chunk is batched by the embedder as in indexing.
+    texts = [docs[d] for d in ids]
+    rows: dict[str, list[Any]] = {p: [] for p in embedders}
+    seconds = dict.fromkeys(embedders, 0.0)
+    for start in range(0, len(texts), CHUNK):
+        for path, embedder in embedders.items():
+            t0 = time.perf_counter()
+            rows[path].extend(embedder.embed_documents(texts[start : start + CHUNK]))
+            seconds[path] += time.perf_counter() - t0
+    matrices = {p: np.stack(r) for p, r in rows.items()}
+    cosine = {p: (matrices[p] * matrices["fp32"]).sum(axis=1) for p in embedders if p != "fp32"}
     for path, embedder in embedders.items():
-        t0 = time.perf_counter()
-        matrix = np.stack(embedder.embed_documents([docs[d] for d in ids]))
-        throughput[path] = len(ids) / (time.perf_counter() - t0)
+        throughput[path] = len(ids) / seconds[path]
+        matrix = matrices[path]
         rankings = {}
         for q, text in queries.items():
             sims = matrix @ embedder._encode([text], 1)[0]
@@ -83,6 +100,7 @@ def _quality(embedders: dict[str, Any], root: Path, quick: bool) -> dict[str, An
         "ndcg10": {},
         "vs_fp32": {},
         "docs_per_s": throughput,
+        "cosine": {p: {"min": float(c.min()), "median": float(np.median(c))} for p, c in cosine.items()},
     }
     for path in embedders:
         out["ndcg10"][path] = statistics.fmean(scores[path][q] for q in qids)
@@ -124,12 +142,26 @@ def _speed(embedders: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(quick: bool) -> dict[str, Any]:
-    import os
+    import tempfile
 
     from memory_core.adapters.models.minilm import MiniLMEmbedder
+    from memory_core.adapters.models.onnx_minilm import OnnxMiniLMEmbedder
+
+    # The ONNX files are built in a scratch folder, not in the user's home.
+    with tempfile.TemporaryDirectory(prefix="embedder-paths-") as scratch:
+        return _run(quick, Path(scratch), MiniLMEmbedder, OnnxMiniLMEmbedder)
+
+
+def _run(quick: bool, scratch: Path, torch_class: Any, onnx_class: Any) -> dict[str, Any]:
+    import os
 
     # One thread for batches too: on a shared 2-core machine two OpenMP threads stall at barriers.
-    embedders = {p: MiniLMEmbedder(inference=p, query_cache_size=0, torch_threads=1) for p in PATHS}
+    embedders: dict[str, Any] = {}
+    for path, (kind, inference) in PATHS.items():
+        if kind == "torch":
+            embedders[path] = torch_class(inference=inference, query_cache_size=0, torch_threads=1)
+        else:
+            embedders[path] = onnx_class(inference=inference, cache_dir=scratch, query_cache_size=0, batch_threads=1)
     for e in embedders.values():
         e.load()
     load_before = os.getloadavg()[0]
@@ -161,22 +193,34 @@ def render(result: dict[str, Any]) -> str:
         "Dense-only ranking of whole documents by each path of `MiniLMEmbedder`; the interval is a "
         "paired bootstrap (95 %) of the path's nDCG@10 less fp32's, over queries.",
         "",
-        "| collection | queries | fp32 nDCG@10 | int8 nDCG@10 | int8 − fp32 [95 % CI] | docs/s fp32 | docs/s int8 |",
-        "|---|---:|---:|---:|---|---:|---:|",
+    ]
+    paths = list(result["revisions"])
+    others = [p for p in paths if p != "fp32"]
+    lines += [
+        "| collection | queries | path | nDCG@10 | − torch fp32 [95 % CI] | docs/s |",
+        "|---|---:|---|---:|---|---:|",
     ]
     for name, q in result["quality"].items():
-        d = q["vs_fp32"]["int8"]
+        for path in paths:
+            d = q["vs_fp32"].get(path)
+            interval = "" if d is None else f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+            lines.append(
+                f"| {name} | {q['queries']} | {path} | {q['ndcg10'][path]:.3f} | {interval} | "
+                f"{q['docs_per_s'][path]:.1f} |"
+            )
+    lines += ["", "Cosine of each path's document vector to torch fp32's, over the documents embedded above:", ""]
+    for name, q in result["quality"].items():
+        cos = q.get("cosine", {})
         lines.append(
-            f"| {name} | {q['queries']} | {q['ndcg10']['fp32']:.3f} | {q['ndcg10']['int8']:.3f} | "
-            f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] | {q['docs_per_s']['fp32']:.0f} | "
-            f"{q['docs_per_s']['int8']:.0f} |"
+            f"- {name}: "
+            + "; ".join(f"{p} min {cos[p]['min']:.5f}, median {cos[p]['median']:.5f}" for p in others if p in cos)
         )
     lines += [
         "",
         "One query embedding (1 thread, no cache), interleaved path by path; thread CPU time is what "
         "the path costs whatever else runs, wall time what a caller waited on this shared machine:",
         "",
-        "| query | path | wall p50 / p95 ms | CPU p50 ms | CPU ratio to fp32 (median) |",
+        "| query | path | wall p50 / p95 ms | CPU p50 ms | CPU ratio to torch fp32 (median) |",
         "|---|---|---|---:|---:|",
     ]
     for kind, by_path in result["speed"].items():
