@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import percentile, write_result
+from benchmarks.common import measured, percentile, write_result
 from benchmarks.synthetic import cranfield_queries, write_synthetic_memory
 
 NAME = "activation_latency"
@@ -190,14 +190,11 @@ def run(quick: bool) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> str:
-    m = result["machine"]
     shown = [s for s in STAGES if any(s in r["stages_ms"] for r in result["rows"])]
     lines = [
         "## Activation latency",
         "",
-        f"Measured {m['date']} on {m['cpus']} CPUs ({m['processor']}, {m['platform']}, Python {m['python']})"
-        + (", quick run" if result.get("quick") else "")
-        + ". In process through `Engine.activate`, no recorder, default ranking profile and budget; "
+        measured(result) + ". In process through `Engine.activate`, no recorder, default ranking profile and budget; "
         f"synthetic projects (`benchmarks/synthetic.py`); {WARMUP} warm-up activations (the first opens "
         "the generation and loads the models), then one activation per Cranfield query. Cells are "
         "p50 / p95 in milliseconds; `other` is the total less the named stages (validation, generation "

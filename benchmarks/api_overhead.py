@@ -25,7 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT, percentile, write_result
+from benchmarks.common import ROOT, measured, percentile, write_result
 from benchmarks.synthetic import cranfield_queries, write_synthetic_memory
 
 NAME = "api_overhead"
@@ -388,7 +388,6 @@ def run(quick: bool) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> str:
-    m = result["machine"]
     lat, over, load, rss = result["latency_ms"], result["overhead_ms"], result["load"], result["rss_mib"]
     runs = result["three_way_runs"]
     modes = result["history_modes"]
@@ -402,8 +401,7 @@ def render(result: dict[str, Any]) -> str:
     lines = [
         "## API and MCP overhead, concurrent clients, daemon memory",
         "",
-        f"Measured {m['date']} on {m['cpus']} CPUs ({m['processor']}, {m['platform']}, Python {m['python']})"
-        + (", quick run" if result.get("quick") else "")
+        measured(result)
         + f". A real daemon on its Unix socket serving a {result['units']:,}-unit synthetic project; every "
         "activation recorded (the default). The same queries run in process (`Engine.activate` on the same "
         "home, in a process of its own session as the daemon is: Linux gives each session its own CPU share), "

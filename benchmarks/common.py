@@ -28,6 +28,13 @@ def machine() -> dict[str, Any]:
     }
 
 
+def measured(result: dict[str, Any], *, quick_note: str = ", quick run") -> str:
+    """The opening of a report's paragraph: when and on what it ran (and whether a quick run)."""
+    m = result["machine"]
+    where = f"Measured {m['date']} on {m['cpus']} CPUs ({m['processor']}, {m['platform']}, Python {m['python']})"
+    return where + (quick_note if result.get("quick") else "")
+
+
 def write_result(name: str, result: dict[str, Any]) -> dict[str, Any]:
     RESULTS.mkdir(parents=True, exist_ok=True)
     result = {"machine": machine(), **result}

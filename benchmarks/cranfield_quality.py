@@ -50,7 +50,8 @@ from memory_core.evaluation.metrics import (
 from memory_core.retrieval.pipeline import Candidate
 from memory_core.retrieval.profile import RankingProfile
 from memory_core.retrieval.rerankers import NORMALISATIONS, ConvexFusionReranker
-from memory_core.services.engine import Activation, Engine
+from memory_core.services.activation import Activation
+from memory_core.services.engine import Engine
 
 NAME = "cranfield_quality"
 PROJECT = "cranfield"

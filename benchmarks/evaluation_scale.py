@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import percentile, write_result
+from benchmarks.common import measured, percentile, write_result
 from benchmarks.synthetic import cranfield_queries, write_synthetic_memory
 
 NAME = "evaluation_scale"
@@ -79,7 +79,7 @@ def run(quick: bool) -> dict[str, Any]:
             fixture, export_s = _timed(engine.export_evaluation_set, project_id=PROJECT)
             history, export_history_s = _timed(engine.export_evaluation_set, project_id=PROJECT, with_history=True)
             original = report_means(report)
-            assert report.case_count == cases
+            assert report.cases == cases
         finally:
             engine.close()
         print("   import into a fresh home", flush=True)
@@ -130,14 +130,12 @@ def run(quick: bool) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> str:
-    m = result["machine"]
     n = result["cases"]
     mib = 1024 * 1024
     lines = [
         "## Evaluation at scale",
         "",
-        f"Measured {m['date']} on {m['cpus']} CPUs ({m['processor']}, {m['platform']}, Python {m['python']})"
-        + (", quick run" if result.get("quick") else "")
+        measured(result)
         + f". In process on a real home ({result['units']:,}-unit synthetic project): {n:,} activations, each "
         f"turned into a case and given {result['judgments_per_case']} judgments (three units of the trace, one "
         f"resource of the corpus); the {n:,} cases took {result['build_s']:.0f} s in all, activations included. "

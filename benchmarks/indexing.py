@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT, machine, read_result, write_result
+from benchmarks.common import ROOT, machine, measured, read_result, write_result
 from benchmarks.synthetic import write_cranfield_markdown, write_synthetic_memory
 
 NAME = "indexing"
@@ -304,12 +304,10 @@ def _not_measured(result: dict[str, Any]) -> str:
 
 
 def render(result: dict[str, Any]) -> str:
-    m = result["machine"]
     lines = [
         "## Indexing",
         "",
-        f"Measured {m['date']} on {m['cpus']} CPUs ({m['processor']}, {m['platform']}, Python {m['python']})"
-        + (", quick run" if result.get("quick") else "")
+        measured(result)
         + ". Each index runs in a fresh child process (peak RSS is that process's `ru_maxrss`, JVM included); "
         "the model and the JVM load before the clock starts (`load`). Cranfield is one markdown file "
         "per document; the synthetic project is notes of ten H2 sections of Cranfield sentences, one "

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import percentile, write_result
+from benchmarks.common import measured, percentile, write_result
 
 NAME = "peer_comparison"
 PROJECT = "cranfield"
@@ -290,15 +290,13 @@ def _latency_row(label: str, v: dict[str, float]) -> str:
 def render(result: dict[str, Any]) -> str:
     from benchmarks.plots import link
 
-    m = result["machine"]
     q = result["quality"]
     lat = result["latency_ms"]
     g = result["ndcg10_ours_minus_peer"]
     lines = [
         "## Side by side with the common local-memory-server design",
         "",
-        f"Measured {m['date']} on {m['cpus']} CPUs ({m['processor']}, {m['platform']}, Python {m['python']})"
-        + (", quick run" if result.get("quick") else "")
+        measured(result)
         + f". Cranfield 1400 ({result['units']} units), all {result['queries']} queries, in one process and one "
         "run. The peer is the design most local memory servers use: the chunks in a SQLite FTS5 table ranked by "
         "`bm25()` (each query word quoted and OR-ed), a brute-force numpy cosine over the chunk embeddings, and "

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, ROOT, percentile, read_result, write_result
+from benchmarks.common import RESULTS, ROOT, measured, percentile, read_result, write_result
 from benchmarks.synthetic import cranfield_queries, write_synthetic_memory
 
 NAME = "recording_overhead"
@@ -272,12 +272,10 @@ def _ci(row: dict[str, Any]) -> str:
 
 
 def render(result: dict[str, Any]) -> str:
-    m = result["machine"]
     lines = [
         "## Recording overhead",
         "",
-        f"Measured {m['date']} on {m['cpus']} CPUs ({m['processor']}, {m['platform']}, Python {m['python']})"
-        + (", quick run" if result.get("quick") else "")
+        measured(result)
         + ". In process, one engine per synthetic project (`benchmarks/synthetic.py`), default profile; "
         "the same warm activations unrecorded (`NullRecorder`), *recorded* by the real `SqliteRunStore` as "
         "the product runs it (the trace is written right behind the answer) and *recorded, sync* by a "

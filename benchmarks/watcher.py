@@ -157,10 +157,10 @@ def _live_read(home: Path, folder: Path, units: int, repeats: int) -> dict[str, 
     """WatchedMemory at ``units`` units, in process: a cached read, and the first read after a change."""
     from memory_core.adapters.files.watcher import WatchedMemory, Watcher
     from memory_core.entrypoints.bootstrap import bootstrap
-    from memory_core.entrypoints.daemon.server import _background_indexer
+    from memory_core.entrypoints.daemon.background import background_indexer
 
     engine = bootstrap(home)
-    indexer, close_indexer = _background_indexer(engine, home)  # its own connections, as in the daemon
+    indexer, close_indexer = background_indexer(engine, home)  # its own connections, as in the daemon
     watcher = Watcher(indexer, only={PROJECT}).start()
     try:
         live = WatchedMemory(watcher, engine.live_memory)

@@ -87,7 +87,7 @@ def bootstrap(
 
         catalog = SqliteCatalog(open_database(layout.db_path))
     if manifests is None:
-        manifests = catalog  # type: ignore[assignment]
+        manifests = catalog
     if scanner is None:
         from memory_core.adapters.files.filesystem_sources import FileHashCache, FileSystemScanner
 
@@ -154,7 +154,7 @@ def bootstrap(
     limit_blas_threads()
     return assemble(
         catalog=catalog,
-        manifests=manifests,  # type: ignore[arg-type]
+        manifests=manifests,
         scanner=scanner,
         blobs=blobs,
         generations=generations,

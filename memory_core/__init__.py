@@ -38,14 +38,9 @@ from memory_core.domain.model import Generation, Project, Source
 from memory_core.domain.version import package_version
 from memory_core.retrieval.activation_state import ActivationState
 from memory_core.runs.records import RunDetail, RunFilter, RunPage, RunSummary
-from memory_core.services.engine import (
-    Activation,
-    ActivationResponse,
-    Engine,
-    Fragment,
-    Freshness,
-    ProjectInfo,
-)
+from memory_core.services.activation import Activation, ActivationResponse, Fragment
+from memory_core.services.engine import Engine, ProjectInfo
+from memory_core.services.freshness import Freshness
 from memory_core.services.indexing import IndexReport
 
 __version__: str = package_version()

@@ -22,12 +22,14 @@ import os
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from memory_core.adapters.files.blob_store import fsync_dir
+from memory_core.adapters.storage_format import CONVERTER as STORED
 from memory_core.adapters.system.crash_points import crash_point
 from memory_core.domain.canonical import canonical_json
 from memory_core.domain.errors import GenerationCorrupted, InvalidRequest, InvalidStorageLocation
@@ -112,6 +114,13 @@ class FileGenerationStore:
         self.staging_ttl_s = staging_ttl_s
         # The project's recorded Local Storage directory, None for the default (the catalog's).
         self._locate = locate
+        # The last units written and each one's line, by identity (the indexer hands back the
+        # same Unit objects for unchanged resources): a re-index serialises only new units. And
+        # the last body written, by its SHA-256: loading the generation just built (the engine's
+        # first activation after a re-index) skips parsing 10,000 lines whose bytes match.
+        self._memo_lock = threading.Lock()
+        self._lines: dict[int, tuple[Unit, bytes]] = {}
+        self._written: tuple[str, tuple[Unit, ...]] | None = None
 
     def default_location(self, project_id: str) -> Path:
         return self.root / validate_project_id(project_id)
@@ -143,13 +152,24 @@ class FileGenerationStore:
         return Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=gens))  # mkdtemp makes it 0700
 
     def write_units(self, directory: Path, units: Sequence[Unit]) -> None:
-        body = b"".join(canonical_json(u.to_dict()) + b"\n" for u in units)
+        with self._memo_lock:
+            known = self._lines
+        lines: dict[int, tuple[Unit, bytes]] = {}
+        for u in units:
+            hit = known.get(id(u))
+            # ``is``: the memo holds its units, so an id is never reused while it is a key.
+            line = hit[1] if hit is not None and hit[0] is u else canonical_json(STORED.unstructure(u)) + b"\n"
+            lines[id(u)] = (u, line)
+        body = b"".join(lines[id(u)][1] for u in units)
         try:
             _write_owner_only(Path(directory) / UNITS, body)
         except FileNotFoundError:
             raise GenerationCorrupted(
                 f"staging directory {str(directory)!r} does not exist", directory=str(directory)
             ) from None
+        with self._memo_lock:
+            self._lines = lines  # only this build's: bounded
+            self._written = (hashlib.sha256(body).hexdigest(), tuple(units))
 
     def publish(self, project_id: str, staging: Path, index_revision: str) -> Path:
         staging = self._own_staging(project_id, staging)
@@ -182,11 +202,16 @@ class FileGenerationStore:
             data = (directory / UNITS).read_bytes()
         except FileNotFoundError:
             raise GenerationCorrupted(f"generation {str(directory)!r} has no {UNITS}") from None
-        if seal.get(UNITS) != hashlib.sha256(data).hexdigest():
+        digest = hashlib.sha256(data).hexdigest()
+        if seal.get(UNITS) != digest:
             raise GenerationCorrupted(
                 f"generation {str(directory)!r}: {UNITS} does not match its seal", directory=str(directory)
             )
-        return [Unit.from_dict(json.loads(line)) for line in data.splitlines() if line]
+        with self._memo_lock:
+            written = self._written
+        if written is not None and written[0] == digest:
+            return list(written[1])  # the very bytes this store wrote from these units
+        return [STORED.structure(json.loads(line), Unit) for line in data.splitlines() if line]
 
     def verify(self, directory: Path) -> None:
         """Re-hash every sealed file; GenerationCorrupted on a missing file or a mismatch.

@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from memory_core.adapters.files.filesystem_sources import RACY_WINDOW_NS
 from memory_core.domain.model import EffectiveMemory, Project, Source
@@ -104,3 +106,28 @@ class FileSystemLiveMemory:
 
     def reindex_pending(self, project_id: str) -> bool:
         return False
+
+
+class WatcherMemory(Protocol):
+    """What ``WatchedMemory`` asks of the daemon's ``Watcher`` (``adapters/files/watcher.py``)."""
+
+    def cached_memory(self, project: Project, read: Callable[[Project], EffectiveMemory]) -> EffectiveMemory: ...
+
+    def reindex_pending(self, project_id: str) -> bool: ...
+
+
+class WatchedMemory:
+    """The daemon's LiveMemory: the watcher's cached Effective Memory, read again after a change.
+
+    ``fallback`` is the in-process LiveMemory (a scan through the hash cache); it is called on the
+    engine's thread, as the engine would call it itself."""
+
+    def __init__(self, watcher: WatcherMemory, fallback: Any) -> None:
+        self.watcher = watcher
+        self.fallback = fallback
+
+    def effective_memory(self, project: Project) -> EffectiveMemory:
+        return self.watcher.cached_memory(project, self.fallback.effective_memory)
+
+    def reindex_pending(self, project_id: str) -> bool:
+        return self.watcher.reindex_pending(project_id)

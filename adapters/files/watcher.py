@@ -1,23 +1,15 @@
 """The source watcher: keeps indexed projects current while the daemon (or ``memcore index --watch``) runs.
 
-One watch per project follows its source folders with ``watchfiles`` (inotify, FSEvents or kqueue
-through Rust's ``notify``); where the OS runs out of watches (Linux's ``fs.inotify.max_user_watches``)
-that project falls back to polling and its health says so. A watch hands over *batches*:
-``watchfiles`` groups changes until none came for ``STEP_MS`` (at most ``DEBOUNCE_MS``), so an
-editor's save (a temp file, then a rename) is one batch and a burst of thousands of writes a few.
-
-One worker thread re-indexes: projects one at a time, each when it has changes and its last change
-is ``SETTLE_MS`` old. Changes that land while a project re-indexes make one more re-index after it,
-never one per change. Explicit ``index_project`` calls go to the same worker (``index_now``), so the
-watcher and a person never build the same project at once. The worker owns its own indexer (its
-own database connections): activations keep serving the current generation until the new one is
-published, and are never blocked by the watcher.
-
-A source folder that disappears (or is replaced, unreadable or a file) marks the project unhealthy
-with the scanner's own ``source_unavailable`` error; the last generation keeps serving; the watch
-checks again every ``RETRY_S`` and re-indexes when the folder is back. Every re-index, failed or
-not, is recorded in the project's health (``ProjectHealth``), which ``runtime_status``, the Runtime
-page and ``memcore project show`` show.
+One watch per project (``source_watch.SourceWatch``) follows its source folders and hands over
+batches of changes. One worker thread re-indexes: projects one at a time, each when it has changes
+and its last change is ``SETTLE_MS`` old. Changes that land while a project re-indexes make one
+more re-index after it, never one per change. Explicit ``index_project`` calls go to the same
+worker (``index_now``), so the watcher and a person never build the same project at once. The
+worker owns its own indexer (its own database connections): activations keep serving the current
+generation until the new one is published, and are never blocked by the watcher. A missing source
+folder marks the project unhealthy; the last generation keeps serving and the project re-indexes
+when the folder is back. Every re-index, failed or not, is recorded in the project's health
+(``watch_health.ProjectHealth``).
 
 ``WatchedMemory`` is the daemon's live Effective Memory: cached per project, dropped by the next
 batch of changes, read again (through the (path, size, mtime) hash cache) by the first reader after.
@@ -25,108 +17,51 @@ batch of changes, read again (through the (path, size, mtime) hash cache) by the
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
 import attrs
 
-from memory_core.adapters.files.filesystem_sources import _open_root, is_hidden, media_type_for
+from memory_core.adapters.files.live_memory import WatchedMemory
+from memory_core.adapters.files.source_watch import (
+    DEBOUNCE_MS,
+    POLL_DELAY_MS,
+    STEP_MS,
+    SourceWatch,
+    WatchFn,
+    default_watch,
+    relevant_paths,
+)
+from memory_core.adapters.files.watch_health import (
+    CHANGED_PATHS_KEPT,
+    POLLING,
+    SOURCE_UNAVAILABLE,
+    STOPPED,
+    WATCH_LIMIT,
+    WATCHING,
+    HealthError,
+    ProjectHealth,
+    ProjectState,
+    ReindexRecord,
+    utc_now,
+)
 from memory_core.domain.errors import MemoryCoreError, SourceUnavailable
-from memory_core.domain.model import EffectiveMemory, Generation, Project
+from memory_core.domain.model import EffectiveMemory, Project
 from memory_core.domain.progress import Progress
 from memory_core.services.indexing import IndexReport
 
 log = logging.getLogger("memory_core.watcher")
 
-DEBOUNCE_MS = 1_600  # a batch is yielded at the latest this long after its first change
-STEP_MS = 100  # ... or once no change came for this long (an editor's temp file + rename is one batch)
 SETTLE_MS = 200  # a project re-indexes once its last batch is this old (a burst still being written waits)
-CHECK_MS = 1_000  # how often a watch wakes without changes, to check its folders are still there
-RETRY_S = 1.0  # how often a missing or unreadable source is looked for again
 RECONCILE_S = 5.0  # how often the worker re-reads the project list (projects added by another process)
-POLL_DELAY_MS = 500  # the polling fallback's period
-CHANGED_PATHS_KEPT = 5  # the last change's paths a health record names
-
-# Health states (ProjectHealth.state)
-WATCHING, POLLING, SOURCE_UNAVAILABLE, STOPPED, NOT_WATCHED = (
-    "watching", "polling", "source_unavailable", "stopped", "not_watched"
-)
-WATCH_LIMIT = "watch_limit_reached"  # the code of the health error when inotify ran out of watches
-
-
-def utc_now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-# -- health values ----------------------------------------------------------------------------
-@attrs.frozen
-class HealthError:
-    code: str = attrs.field(metadata={"schema": {"description": "a stable error code (source_unavailable, ...)"}})
-    message: str
-    at: str
-
-
-@attrs.frozen
-class ReindexRecord:
-    """One re-index the daemon ran for a project (a watch batch, a request or the start-up check)."""
-
-    trigger: str = attrs.field(metadata={"schema": {"enum": ["watch", "request", "start"]}})
-    started_at: str
-    finished_at: str
-    seconds: float
-    status: str = attrs.field(metadata={"schema": {"enum": ["built", "unchanged", "failed"]}})
-    index_revision: str | None = None
-    units: int | None = None
-    embedded: int | None = attrs.field(default=None, metadata={"schema": {"description": "units embedded"}})
-    error_code: str | None = None
-
-
-@attrs.frozen
-class ProjectHealth:
-    """What a person needs to trust a project's index: is it followed, is it current, what went wrong."""
-
-    project_id: str
-    watching: bool = attrs.field(metadata={"schema": {"description": "changes to its sources are followed now"}})
-    state: str = attrs.field(
-        metadata={"schema": {"enum": [WATCHING, POLLING, SOURCE_UNAVAILABLE, STOPPED, NOT_WATCHED]}}
-    )
-    healthy: bool = attrs.field(metadata={"schema": {"description": "no current error"}})
-    indexed: bool = attrs.field(metadata={"schema": {"description": "it has a generation (only those re-index)"}})
-    last_change_at: str | None
-    last_change_paths: tuple[str, ...] = attrs.field(
-        metadata={"schema": {"description": f"up to {CHANGED_PATHS_KEPT} paths of the last change seen"}}
-    )
-    pending_changes: int = attrs.field(
-        metadata={"schema": {"description": "changed paths seen that no finished re-index covers yet"}}
-    )
-    reindex_pending: bool = attrs.field(
-        metadata={"schema": {"description": "a re-index is queued or running for changes seen"}}
-    )
-    indexing: bool
-    progress: str | None = attrs.field(metadata={"schema": {"description": "the running re-index's stage"}})
-    last_reindex: ReindexRecord | None
-    error: HealthError | None = attrs.field(metadata={"schema": {"description": "the current problem, if any"}})
-    last_error: HealthError | None = attrs.field(
-        metadata={"schema": {"description": "the most recent problem, kept after it is resolved"}}
-    )
 
 
 # -- what the watcher needs -------------------------------------------------------------------
-class _Catalog(Protocol):
-    def list_projects(self) -> list[Project]: ...
-
-    def get_project(self, project_id: str) -> Project: ...
-
-    def current_generation(self, project_id: str) -> Generation | None: ...
-
-
 class ProjectIndexer(Protocol):
     """An ``Indexer`` or an ``Engine``: what the worker calls (from its thread only)."""
 
@@ -139,159 +74,7 @@ class ReindexCancelled(Exception):
     """Raised from the progress callback when the project was removed mid-build (the build is discarded)."""
 
 
-WatchFn = Callable[..., Iterator[set[tuple[Any, str]]]]
-
-
-def _default_watch() -> WatchFn:
-    import watchfiles
-
-    return watchfiles.watch
-
-
-def relevant_paths(changes: Iterable[tuple[Any, str]], roots: Iterable[str]) -> list[str]:
-    """The changed paths the scanner could care about: markdown/text files and folders, not hidden.
-
-    A deleted path cannot be asked whether it was a folder, so deletions of anything not hidden
-    count (a removed folder takes its resources with it); a no-op re-index costs a scan."""
-    import watchfiles
-
-    roots = [r.rstrip(os.sep) for r in roots]
-    kept = []
-    for change, path in changes:
-        root = next((r for r in roots if path == r or path.startswith(r + os.sep)), None)
-        if root is None:
-            continue
-        rel = os.path.relpath(path, root).replace(os.sep, "/")
-        if rel != "." and is_hidden(rel):
-            continue
-        if media_type_for(path) or change == watchfiles.Change.deleted or rel == "." or os.path.isdir(path):
-            kept.append(path)
-    return sorted(kept)
-
-
-def _is_watch_limit(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and "watch limit" in str(exc).lower()
-
-
-# -- one project's watch ----------------------------------------------------------------------
-class _SourceWatch:
-    """A thread following one project's source folders; reports batches and problems to the Watcher."""
-
-    def __init__(self, owner: Watcher, project: Project) -> None:
-        self.owner = owner
-        self.project = project
-        self.stop = threading.Event()
-        self.polling = False
-        # Off at first: with it on, watchfiles also hides the OS running out of watches.
-        self.ignore_denied = False
-        self.thread = threading.Thread(target=self._run, name=f"watch-{project.project_id}", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def close(self, timeout: float = 5.0) -> None:
-        self.stop.set()
-        if self.thread.is_alive() and self.thread is not threading.current_thread():
-            self.thread.join(timeout)
-
-    def _roots(self) -> list[tuple[str, tuple[int, int]]]:
-        """Each source's resolved folder and its identity; SourceUnavailable as the scanner words it."""
-        out = []
-        for source in self.project.sources:
-            root = _open_root(source.path)
-            st = os.stat(root)
-            out.append((str(root), (st.st_dev, st.st_ino)))
-        return out
-
-    @staticmethod
-    def _same(roots: list[tuple[str, tuple[int, int]]]) -> bool:
-        for path, ident in roots:
-            try:
-                st = os.stat(path)
-            except OSError:
-                return False
-            if (st.st_dev, st.st_ino) != ident:
-                return False  # moved away and replaced: the old watch follows a folder no longer there
-        return True
-
-    def _run(self) -> None:
-        pid = self.project.project_id
-        was_unavailable = False
-        while not self.stop.is_set():
-            try:
-                roots = self._roots()
-            except SourceUnavailable as exc:
-                if not was_unavailable:
-                    self.owner._source_problem(pid, exc)
-                    was_unavailable = True
-                self.stop.wait(RETRY_S)
-                continue
-            if was_unavailable:  # back: what is there now may differ from the last generation
-                was_unavailable = False
-                self.owner._source_back(pid, [r for r, _ in roots])
-            try:
-                self._follow(roots)
-            except Exception as exc:
-                if _is_watch_limit(exc) and not self.polling:
-                    self.polling = True
-                    self.owner._watch_limit(pid, exc)
-                    continue
-                if isinstance(exc, PermissionError) and not self.ignore_denied:
-                    self.ignore_denied = True  # an unreadable subfolder: the scanner warns about it
-                    continue
-                log.warning("watch failed", extra={"fields": {"project": pid, "error": str(exc)}})
-                self.owner._source_problem(pid, SourceUnavailable(f"cannot watch the sources: {exc}"))
-                was_unavailable = True
-                self.stop.wait(RETRY_S)
-
-    def _follow(self, roots: list[tuple[str, tuple[int, int]]]) -> None:
-        watch = self.owner.watch_fn
-        paths = [r for r, _ in roots]
-        self.owner._watching(self.project.project_id, polling=self.polling)
-        for changes in watch(
-            *paths,
-            debounce=DEBOUNCE_MS,
-            step=STEP_MS,
-            stop_event=self.stop,
-            rust_timeout=CHECK_MS,
-            yield_on_timeout=True,
-            force_polling=self.polling,
-            poll_delay_ms=POLL_DELAY_MS,
-            ignore_permission_denied=self.ignore_denied,
-        ):
-            if changes:
-                kept = relevant_paths(changes, paths)
-                if kept:
-                    self.owner._changed(self.project.project_id, kept)
-            if not self._same(roots):
-                return  # re-resolve: the folder went (or was replaced); _run reports it
-
-
 # -- the watcher ------------------------------------------------------------------------------
-@attrs.define
-class _State:
-    project: Project
-    indexed: bool = False
-    watch: _SourceWatch | None = None
-    state: str = NOT_WATCHED
-    seen: int = 0  # batches of changes seen (a version)
-    covered: int = 0  # the ``seen`` the last finished re-index started from
-    changed: set[str] = attrs.field(factory=set)
-    last_change_at: str | None = None
-    last_change_paths: tuple[str, ...] = ()
-    last_event: float = 0.0
-    trigger: str = "watch"
-    indexing: bool = False
-    progress: str | None = None
-    last_reindex: ReindexRecord | None = None
-    error: HealthError | None = None
-    watch_error: HealthError | None = None  # a degraded watch (polling) that is not a failure
-    last_error: HealthError | None = None
-    memory: EffectiveMemory | None = None
-    memory_seen: int = -1
-    removed: bool = False
-
-
 @attrs.frozen
 class _Request:
     project_id: str
@@ -320,10 +103,10 @@ class Watcher:
         self.indexer = indexer
         self.only = set(only) if only is not None else None
         self.watch = watch  # False: the worker only (explicit requests), no source watches
-        self.watch_fn = watch_fn or _default_watch()
+        self.watch_fn = watch_fn or default_watch()
         self.on_reindex = on_reindex
         self.now = now
-        self._states: dict[str, _State] = {}
+        self._states: dict[str, ProjectState] = {}
         self._requests: deque[_Request] = deque()
         self._cond = threading.Condition()
         self._closed = False
@@ -371,14 +154,14 @@ class Watcher:
         if watch is not None:
             watch.close()
 
-    def _track(self, project: Project, *, indexed: bool) -> _State:
+    def _track(self, project: Project, *, indexed: bool) -> ProjectState:
         """Call with the lock held."""
         pid = project.project_id
         state = self._states.get(pid)
         if state is None:
-            state = self._states[pid] = _State(project, indexed=indexed)
+            state = self._states[pid] = ProjectState(project, indexed=indexed)
             if self.watch and not self._closed:
-                state.watch = _SourceWatch(self, project)
+                state.watch = SourceWatch(self, project)
                 state.state = STOPPED  # until the watch reports
                 state.watch.start()
         state.indexed = state.indexed or indexed
@@ -408,7 +191,7 @@ class Watcher:
                 state.watch.close()
 
     # -- reports from the watches (their threads) -----------------------------------------
-    def _changed(self, project_id: str, paths: list[str]) -> None:
+    def report_changes(self, project_id: str, paths: list[str]) -> None:
         with self._cond:
             state = self._states.get(project_id)
             if state is None:
@@ -421,14 +204,14 @@ class Watcher:
             state.last_event = time.monotonic()
             self._cond.notify_all()
 
-    def _watching(self, project_id: str, *, polling: bool) -> None:
+    def report_watching(self, project_id: str, *, polling: bool) -> None:
         with self._cond:
             state = self._states.get(project_id)
             if state is not None:
                 state.state = POLLING if polling else WATCHING
                 self._cond.notify_all()  # a project whose folder came back may be due now
 
-    def _source_problem(self, project_id: str, exc: MemoryCoreError) -> None:
+    def report_source_problem(self, project_id: str, exc: MemoryCoreError) -> None:
         log.warning("source unavailable", extra={"fields": {"project": project_id, "error": exc.message}})
         with self._cond:
             state = self._states.get(project_id)
@@ -437,15 +220,15 @@ class Watcher:
                 state.error = state.last_error = HealthError(exc.code, exc.message, self.now())
                 state.last_change_at = self.now()
 
-    def _source_back(self, project_id: str, roots: list[str]) -> None:
+    def report_source_back(self, project_id: str, roots: list[str]) -> None:
         log.info("source back", extra={"fields": {"project": project_id}})
-        self._changed(project_id, roots)
+        self.report_changes(project_id, roots)
         with self._cond:
             state = self._states.get(project_id)
             if state is not None and state.error is not None and state.error.code == SourceUnavailable.code:
                 state.error = None  # the re-index this triggers reports anything else
 
-    def _watch_limit(self, project_id: str, exc: BaseException) -> None:
+    def report_watch_limit(self, project_id: str, exc: BaseException) -> None:
         message = (
             f"the OS ran out of file watches ({exc}); following the sources by polling every "
             f"{POLL_DELAY_MS} ms instead (raise fs.inotify.max_user_watches to watch again)"
@@ -457,7 +240,7 @@ class Watcher:
                 state.watch_error = state.last_error = HealthError(WATCH_LIMIT, message, self.now())
 
     # -- the worker -----------------------------------------------------------------------
-    def _due(self, now: float) -> tuple[_State | None, float]:
+    def _due(self, now: float) -> tuple[ProjectState | None, float]:
         """The next project to re-index and how long until another may be due (lock held)."""
         wait = RECONCILE_S
         for state in self._states.values():
@@ -485,7 +268,7 @@ class Watcher:
                 if self._closed:
                     return
                 request = self._requests.popleft() if self._requests else None
-                state: _State | None = None
+                state: ProjectState | None = None
                 if request is None:
                     state, wait = self._due(time.monotonic())
                     if state is None:
@@ -507,7 +290,7 @@ class Watcher:
             assert report is not None
             request.future.set_result(report)
 
-    def _progress(self, state: _State) -> Progress:
+    def _progress(self, state: ProjectState) -> Progress:
         def update(stage: str, done: int, total: int) -> None:
             if state.removed or self._closed:
                 raise ReindexCancelled(state.project.project_id)
@@ -515,9 +298,7 @@ class Watcher:
 
         return update
 
-    def _reindex(
-        self, project_id: str, *, force: bool, trigger: str, raise_errors: bool = False
-    ) -> IndexReport | None:
+    def _reindex(self, project_id: str, *, force: bool, trigger: str, raise_errors: bool = False) -> IndexReport | None:
         with self._cond:
             state = self._states.get(project_id)
             if state is None:  # a request for a project not tracked yet (added by another process)
@@ -544,34 +325,34 @@ class Watcher:
                 log.exception("re-index failed", extra={"fields": {"project": project_id}})
         seconds = round(time.perf_counter() - t0, 3)
         if report is not None:
-            record = ReindexRecord(trigger, started_at, self.now(), seconds, report.status, report.index_revision,
-                                   report.units, report.embedded)
+            record = ReindexRecord(
+                trigger,
+                started_at,
+                self.now(),
+                seconds,
+                report.status,
+                report.index_revision,
+                report.units,
+                report.embedded,
+            )
         else:
             code = failure.code if isinstance(failure, MemoryCoreError) else "internal_error"
             record = ReindexRecord(trigger, started_at, self.now(), seconds, "failed", error_code=code)
         with self._cond:
-            state.indexing, state.progress = False, None
-            state.last_reindex = record
-            if report is not None:
-                state.indexed = True
-                state.covered = max(state.covered, seen)
-                if state.covered == state.seen:
-                    state.changed.clear()
-                if state.error is not None and state.error.code != SourceUnavailable.code:
-                    state.error = None  # a failed re-index's error, resolved by this one
-            else:
-                # Not retried in a loop: the next change (or request) tries again; the error says why.
-                state.covered = max(state.covered, seen)
-                if isinstance(failure, MemoryCoreError):
-                    message = failure.message
-                else:
-                    message = f"{type(failure).__name__}: {failure}"
-                state.error = state.last_error = HealthError(record.error_code or "internal_error", message, self.now())
+            state.finished(record, seen, failure, self.now())
             self._cond.notify_all()
         log.info(
             "reindex",
-            extra={"fields": {"project": project_id, "trigger": trigger, "status": record.status, "s": seconds,
-                              "embedded": record.embedded, "error": record.error_code}},
+            extra={
+                "fields": {
+                    "project": project_id,
+                    "trigger": trigger,
+                    "status": record.status,
+                    "s": seconds,
+                    "embedded": record.embedded,
+                    "error": record.error_code,
+                }
+            },
         )
         if self.on_reindex is not None:
             try:
@@ -593,24 +374,17 @@ class Watcher:
             self._cond.notify_all()
         return future.result(timeout)
 
-    @staticmethod
-    def _pending(state: _State | None) -> bool:
-        """A re-index is queued or running for changes seen (none is while a source is missing)."""
-        if state is None or not state.indexed:
-            return False
-        return state.indexing or (state.seen != state.covered and state.state != SOURCE_UNAVAILABLE)
-
     def reindex_pending(self, project_id: str) -> bool:
         """Changes were seen that no finished re-index covers yet, and one is queued or running."""
         with self._cond:
-            return self._pending(self._states.get(project_id))
+            return (state := self._states.get(project_id)) is not None and state.pending()
 
     def wait_current(self, project_id: str, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` until no re-index is pending for the project; True when none is."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while True:
-                pending = self._pending(self._states.get(project_id))
+                pending = (state := self._states.get(project_id)) is not None and state.pending()
                 left = deadline - time.monotonic()
                 if not pending or left <= 0:
                     return not pending
@@ -619,27 +393,7 @@ class Watcher:
     def health(self, project_id: str | None = None) -> list[ProjectHealth]:
         with self._cond:
             states = [s for pid, s in sorted(self._states.items()) if project_id is None or pid == project_id]
-            return [self._health(s) for s in states]
-
-    def _health(self, s: _State) -> ProjectHealth:
-        watching = s.watch is not None and s.state in (WATCHING, POLLING)
-        error = s.error or s.watch_error
-        return ProjectHealth(
-            project_id=s.project.project_id,
-            watching=watching,
-            state=s.state,
-            healthy=s.error is None,
-            indexed=s.indexed,
-            last_change_at=s.last_change_at,
-            last_change_paths=s.last_change_paths,
-            pending_changes=len(s.changed),
-            reindex_pending=self._pending(s),
-            indexing=s.indexing,
-            progress=s.progress,
-            last_reindex=s.last_reindex,
-            error=error,
-            last_error=s.last_error,
-        )
+            return [s.health() for s in states]
 
     # -- live Effective Memory (the LiveMemory port) --------------------------------------
     def cached_memory(self, project: Project, read: Callable[[Project], EffectiveMemory]) -> EffectiveMemory:
@@ -659,23 +413,6 @@ class Watcher:
                 if state is not None and state.seen == seen and state.state in (WATCHING, POLLING):
                     state.memory, state.memory_seen = memory, seen
         return memory
-
-
-class WatchedMemory:
-    """The daemon's LiveMemory: the watcher's cached Effective Memory, read again after a change.
-
-    ``fallback`` is the in-process LiveMemory (a scan through the hash cache); it is called on the
-    engine's thread, as the engine would call it itself."""
-
-    def __init__(self, watcher: Watcher, fallback: Any) -> None:
-        self.watcher = watcher
-        self.fallback = fallback
-
-    def effective_memory(self, project: Project) -> EffectiveMemory:
-        return self.watcher.cached_memory(project, self.fallback.effective_memory)
-
-    def reindex_pending(self, project_id: str) -> bool:
-        return self.watcher.reindex_pending(project_id)
 
 
 __all__ = [

@@ -11,7 +11,7 @@ import attrs
 from memory_core.domain.clock import utc_now_iso
 from memory_core.domain.errors import InvalidRequest, RunNotFound, StorageUnavailable
 from memory_core.domain.model import EffectiveMemory, ManifestEntry
-from memory_core.ports import BlobStore
+from memory_core.ports import BlobStore, Catalog
 from memory_core.ports.runs import RunRecorder
 from memory_core.runs.listing import check_listing, contains_ascii_nocase, decode_cursor, encode_cursor
 from memory_core.runs.owners import Owner, OwnerOfThisProcess, current_boot_id
@@ -55,8 +55,8 @@ class _Run:
 
 
 class InMemoryRunStore:
-    """``RunStore`` over dicts. ``catalog``: an ``InMemoryCatalog`` (current/previous generations'
-    manifests keep blobs live and supply unknown manifests); ``corpus_references``: the digests
+    """``RunStore`` over dicts. ``catalog``: its current/previous generations' manifests keep
+    blobs live and supply unknown manifests; ``corpus_references``: the digests
     evaluation corpora hold."""
 
     def __init__(
@@ -65,7 +65,7 @@ class InMemoryRunStore:
         owner: Owner | None = None,
         clock: object | None = None,
         *,
-        catalog: object | None = None,
+        catalog: Catalog | None = None,
         corpus_references: Callable[[], Iterable[str]] | None = None,
         blob_grace_s: float = BLOB_GRACE_S,
     ) -> None:
@@ -164,10 +164,9 @@ class InMemoryRunStore:
     def _ensure_manifest(self, manifest_hash: str) -> None:
         if manifest_hash in self._manifests:
             return
-        get = getattr(self._catalog, "get_manifest", None)
-        entries = get(manifest_hash) if get is not None else None
+        entries = self._catalog.get_manifest(manifest_hash) if self._catalog is not None else None
         if entries is not None:
-            self._store_manifest(manifest_hash, tuple(entries))
+            self._store_manifest(manifest_hash, entries)
 
     def _store_manifest(self, manifest_hash: str, entries: tuple[ManifestEntry, ...]) -> None:
         self._manifests[manifest_hash] = entries
@@ -274,9 +273,8 @@ class InMemoryRunStore:
     def live_blobs(self) -> set[str]:
         with self._lock:
             live = {e.resource_hash for h in self._referenced_manifests() for e in self._manifests.get(h, ())}
-            get = getattr(self._catalog, "get_manifest", None)
             for h in self._generation_manifests():
-                entries = get(h) if get is not None else None
+                entries = self._catalog.get_manifest(h) if self._catalog is not None else None
                 live.update(e.resource_hash for e in entries or self._manifests.get(h, ()))
             live.update(self._corpus_references())
             return live
@@ -289,8 +287,8 @@ class InMemoryRunStore:
         if catalog is None:
             return set()
         hashes = set()
-        for project in catalog.list_projects():  # type: ignore[attr-defined]
-            for which in (catalog.current_generation, catalog.previous_generation):  # type: ignore[attr-defined]
+        for project in catalog.list_projects():
+            for which in (catalog.current_generation, catalog.previous_generation):
                 generation = which(project.project_id)
                 if generation is not None:
                     hashes.add(generation.effective_memory_hash)

@@ -38,7 +38,8 @@ from memory_core.domain.resource_rules import (
     text_problem,
     too_large,
 )
-from memory_core.domain.storage_rules import STAGING_PREFIX, FileStamp, check_digest, check_revision, manifest_json
+from memory_core.domain.storage_rules import STAGING_PREFIX, FileStamp, check_digest, check_revision
+from memory_core.runs.rules import check_manifest
 
 
 @attrs.define
@@ -115,13 +116,7 @@ class InMemoryCatalog:
             pointer.previous, pointer.current = pointer.current, generation
 
     def put_manifest(self, effective_memory: EffectiveMemory) -> str:
-        digest = sha256_hex(manifest_json(effective_memory.entries))
-        if digest != effective_memory.hash:
-            raise InvalidRequest(
-                "Effective Memory hash does not match its manifest",
-                expected=effective_memory.hash,
-                actual=digest,
-            )
+        digest = check_manifest(effective_memory)
         self._manifests.setdefault(digest, tuple(effective_memory.entries))
         return digest
 

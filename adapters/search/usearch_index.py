@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -169,22 +170,23 @@ class UsearchIndexFactory:
             f"usearch-cos/{FORMAT_VERSION}:exact<={exact_limit}:"
             f"hnsw-m{connectivity}-efc{expansion_add}-efs{expansion_search}"
         )
+        # The last build's vectors (the objects, held so an ``is`` test is sound) and normalised
+        # rows: a re-index hands back the same Vector objects for unchanged units, and
+        # converting 10,000 rows of Python floats again was most of a one-file re-index's build.
+        self._memo_lock = threading.Lock()
+        self._last: tuple[list[Vector], np.ndarray] | None = None
 
     def build(self, directory: Path, unit_ids: Sequence[str], vectors: Sequence[Vector]) -> None:
         ids = [str(u) for u in unit_ids]
         if len(ids) != len(vectors):
             raise InvalidRequest(f"{len(ids)} unit ids but {len(vectors)} vectors")
-        try:
-            matrix = np.asarray(vectors, dtype=np.float64) if len(vectors) else np.empty((0, 0))
-        except ValueError:  # ragged rows
-            raise InvalidRequest("vectors of different dimensions") from None
-        if matrix.ndim != 2:
-            raise InvalidRequest("vectors of different dimensions")
-        dims = validate_build_input(ids, [matrix.shape[1]] * matrix.shape[0])
-        if not np.isfinite(matrix).all():
-            raise InvalidRequest("vectors hold a NaN or infinite value")
-        with blas_single_thread():
-            normalised = _normalise_rows(matrix).reshape(len(ids), dims)
+        normalised = self._reused(vectors)
+        if normalised is None:
+            normalised = self._normalised(ids, vectors)
+        dims = validate_build_input(ids, [normalised.shape[1]] * normalised.shape[0])
+        normalised = normalised.reshape(len(ids), dims)
+        with self._memo_lock:
+            self._last = (list(vectors), normalised)
         directory = Path(directory)
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         mode = "hnsw" if len(ids) > self.exact_limit else "exact"
@@ -207,6 +209,46 @@ class UsearchIndexFactory:
             "revision": self.revision,
         }
         _write_private(directory / META_FILE, json.dumps(meta, sort_keys=True).encode("utf-8"))
+
+    @staticmethod
+    def _normalised(ids: list[str], vectors: Sequence[Vector]) -> np.ndarray:
+        try:
+            matrix = np.asarray(vectors, dtype=np.float64) if len(vectors) else np.empty((0, 0))
+        except ValueError:  # ragged rows
+            raise InvalidRequest("vectors of different dimensions") from None
+        if matrix.ndim != 2:
+            raise InvalidRequest("vectors of different dimensions")
+        validate_build_input(ids, [matrix.shape[1]] * matrix.shape[0])
+        if not np.isfinite(matrix).all():
+            raise InvalidRequest("vectors hold a NaN or infinite value")
+        with blas_single_thread():
+            return _normalise_rows(matrix)
+
+    def _reused(self, vectors: Sequence[Vector]) -> np.ndarray | None:
+        """The normalised matrix of ``vectors`` from the last build's rows where the same Vector
+        object was built before, the others converted and checked as a full build does (rows
+        are normalised one by one, so the result is the same bytes); None when nothing is reused."""
+        with self._memo_lock:
+            last = self._last
+        if last is None or not len(vectors) or last[1].ndim != 2 or not last[1].shape[0]:
+            return None
+        old_vectors, old_matrix = last
+        row_of = {id(v): row for row, v in enumerate(old_vectors)}
+        rows = [row_of.get(id(v), -1) for v in vectors]
+        # ``is`` as well as id(): an id is only the same object while both lists hold it.
+        rows = [r if r >= 0 and old_vectors[r] is v else -1 for r, v in zip(rows, vectors, strict=True)]
+        fresh = [i for i, r in enumerate(rows) if r < 0]
+        if len(fresh) == len(vectors):
+            return None
+        out = np.empty((len(vectors), old_matrix.shape[1]), dtype=np.float32)
+        kept = [i for i, r in enumerate(rows) if r >= 0]
+        out[kept] = old_matrix[[rows[i] for i in kept]]
+        if fresh:
+            new = self._normalised([str(i) for i in fresh], [vectors[i] for i in fresh])
+            if new.shape[1] != out.shape[1]:
+                raise InvalidRequest("vectors of different dimensions")
+            out[fresh] = new
+        return out
 
     def _build_hnsw(self, path: Path, matrix: np.ndarray) -> None:
         from usearch.compiled import MetricKind  # where usearch.index imports it from

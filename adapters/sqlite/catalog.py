@@ -9,9 +9,11 @@ from typing import Any, Protocol
 
 import apsw
 
-from memory_core.adapters.sqlite.database import storage_errors, utc_now_iso, write_transaction
+from memory_core.adapters.sqlite.database import fetch, read_snapshot, storage_errors, write_transaction
+from memory_core.adapters.storage_format import CONVERTER as STORED
 from memory_core.adapters.system.crash_points import crash_point
 from memory_core.domain.canonical import canonical_json, sha256_hex
+from memory_core.domain.clock import utc_now_iso
 from memory_core.domain.errors import InvalidRequest, ProjectExists, ProjectNotFound
 from memory_core.domain.model import (
     EffectiveMemory,
@@ -86,15 +88,15 @@ class SqliteCatalog:
             )
 
     def get_project(self, project_id: str) -> Project:
-        with storage_errors("cannot read project"), self._conn:
-            rows = self._conn.execute("SELECT created_at FROM projects WHERE project_id = ?", (project_id,)).fetchall()
+        with storage_errors("cannot read project"), read_snapshot(self._conn):
+            rows = fetch(self._conn, "SELECT created_at FROM projects WHERE project_id = ?", (project_id,))
             if not rows:
                 raise _not_found(self._conn, project_id)
             return Project(project_id, self._sources(project_id), str(rows[0][0]))
 
     def list_projects(self) -> list[Project]:
-        with storage_errors("cannot list projects"), self._conn:
-            rows = self._conn.execute("SELECT project_id, created_at FROM projects ORDER BY project_id").fetchall()
+        with storage_errors("cannot list projects"), read_snapshot(self._conn):
+            rows = fetch(self._conn, "SELECT project_id, created_at FROM projects ORDER BY project_id")
             return [Project(str(pid), self._sources(str(pid)), str(created)) for pid, created in rows]
 
     def remove_project(self, project_id: str) -> None:
@@ -156,16 +158,17 @@ class SqliteCatalog:
                     g.effective_memory_hash,
                     g.unit_count,
                     g.resource_count,
-                    canonical_json(g.revisions.to_dict()).decode("utf-8"),
+                    canonical_json(STORED.unstructure(g.revisions)).decode("utf-8"),
                     g.created_at,
                     g.directory,
                     g.effective_memory_hash,
                 ),
             )
-            rows = conn.execute(
+            rows = fetch(
+                conn,
                 "SELECT current_revision, previous_revision FROM project_generation_pointers WHERE project_id = ?",
                 (g.project_id,),
-            ).fetchall()
+            )
             current, previous = (rows[0][0], rows[0][1]) if rows else (None, None)
             if current != g.index_revision:
                 previous, current = current, g.index_revision
@@ -203,12 +206,10 @@ class SqliteCatalog:
 
     def get_manifest(self, manifest_hash: str) -> tuple[ManifestEntry, ...] | None:
         with storage_errors("cannot read manifest"):
-            rows = self._conn.execute(
-                "SELECT entries_json FROM manifests WHERE manifest_hash = ?", (manifest_hash,)
-            ).fetchall()
+            rows = fetch(self._conn, "SELECT entries_json FROM manifests WHERE manifest_hash = ?", (manifest_hash,))
         if not rows:
             return None
-        return tuple(ManifestEntry.from_dict(e) for e in json.loads(str(rows[0][0])))
+        return tuple(STORED.structure(json.loads(str(rows[0][0])), list[ManifestEntry]))
 
     # -- file-hash cache (used by FileSystemScanner) ----------------------------------------
 
@@ -217,11 +218,12 @@ class SqliteCatalog:
         had ctime and inode (migration 6) hold NULL there and never match."""
         size, mtime_ns, ctime_ns, inode = stamp
         with storage_errors("cannot read file-hash cache"):
-            rows = self._conn.execute(
+            rows = fetch(
+                self._conn,
                 "SELECT sha256 FROM file_hash_cache "
                 "WHERE path = ? AND size = ? AND mtime_ns = ? AND ctime_ns = ? AND inode = ?",
                 (path, size, mtime_ns, ctime_ns, inode),
-            ).fetchall()
+            )
         return str(rows[0][0]) if rows else None
 
     def put_file_hashes(self, rows: Iterable[FileHashRow]) -> None:
@@ -241,30 +243,31 @@ class SqliteCatalog:
     # -- helpers ----------------------------------------------------------------------------
 
     def _exists(self, project_id: str) -> bool:
-        return bool(self._conn.execute("SELECT 1 FROM projects WHERE project_id = ?", (project_id,)).fetchall())
+        return bool(fetch(self._conn, "SELECT 1 FROM projects WHERE project_id = ?", (project_id,)))
 
     def _sources(self, project_id: str) -> tuple[Source, ...]:
-        rows = self._conn.execute(
-            "SELECT path, layer FROM project_sources WHERE project_id = ? ORDER BY ordinal", (project_id,)
-        ).fetchall()
+        rows = fetch(
+            self._conn, "SELECT path, layer FROM project_sources WHERE project_id = ? ORDER BY ordinal", (project_id,)
+        )
         return tuple(Source(str(path), Layer(layer)) for path, layer in rows)
 
     def _pointed(self, project_id: str, column: str) -> Generation | None:
-        with storage_errors("cannot read generation"), self._conn:
+        with storage_errors("cannot read generation"), read_snapshot(self._conn):
             if not self._exists(project_id):
                 raise _not_found(self._conn, project_id)
-            rows = self._conn.execute(
+            rows = fetch(
+                self._conn,
                 f"SELECT {_G_COLUMNS} FROM project_generation_pointers p "
                 f"JOIN generations g ON g.project_id = p.project_id AND g.index_revision = p.{column} "
                 "WHERE p.project_id = ?",
                 (project_id,),
-            ).fetchall()
+            )
         return _generation_from_row(rows[0]) if rows else None
 
 
 def _storage_location(conn: apsw.Connection, project_id: str) -> str | None:
     with storage_errors("cannot read project storage"):
-        rows = conn.execute("SELECT storage_dir FROM projects WHERE project_id = ?", (project_id,)).fetchall()
+        rows = fetch(conn, "SELECT storage_dir FROM projects WHERE project_id = ?", (project_id,))
     return str(rows[0][0]) if rows and rows[0][0] is not None else None
 
 

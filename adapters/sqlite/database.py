@@ -6,12 +6,13 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import apsw
 import attrs
 
 from memory_core.adapters.sqlite.migrations import MIGRATIONS, migration_number
-from memory_core.domain.clock import utc_now_iso  # noqa: F401  (re-exported)
+from memory_core.domain.clock import utc_now_iso
 from memory_core.domain.errors import StorageUnavailable
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -30,6 +31,25 @@ _UNAVAILABLE = (
     apsw.NotADBError,
     apsw.PermissionsError,
 )
+
+
+# A row as the schema defines it. SQLite cells are dynamically typed (apsw types each one as
+# the union of every storage class), so rows are read here, once, as Any, and each row mapper
+# converts its columns (int(), str(), Layer()) to what its table's schema says they hold.
+Row = tuple[Any, ...]
+
+
+def fetch(conn: apsw.Connection, sql: str, params: apsw.Bindings | None = None) -> list[Row]:
+    """Every row ``sql`` selects (``conn.execute(sql, params).fetchall()``)."""
+    return conn.execute(sql, params).fetchall()
+
+
+@contextlib.contextmanager
+def read_snapshot(conn: apsw.Connection) -> Iterator[apsw.Connection]:
+    """Several reads from one snapshot (a savepoint). Unlike ``with conn:``, typed as letting
+    every exception through: apsw declares ``Connection.__exit__ -> bool``."""
+    with conn:
+        yield conn
 
 
 @contextlib.contextmanager
@@ -65,7 +85,7 @@ def write_transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
 
 
 def schema_version(conn: apsw.Connection) -> int:
-    return int(conn.execute("PRAGMA user_version").fetchall()[0][0])
+    return int(fetch(conn, "PRAGMA user_version")[0][0])
 
 
 def migrate(conn: apsw.Connection, target_version: int | None = None) -> int:
@@ -129,7 +149,7 @@ class SiblingSettings:
         """None for an in-memory database (no other connection can see it)."""
         if not conn.filename:
             return None
-        busy = int(conn.execute("PRAGMA busy_timeout").fetchall()[0][0])
+        busy = int(fetch(conn, "PRAGMA busy_timeout")[0][0])
         return cls(conn.filename, conn.open_flags, conn.open_vfs, busy)
 
     def open(self) -> apsw.Connection:
@@ -169,7 +189,7 @@ def open_database(
             conn.setbusytimeout(busy_timeout_ms)
             conn.execute("PRAGMA foreign_keys = ON")
             if not in_memory:
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
+                mode = fetch(conn, "PRAGMA journal_mode = WAL")[0][0]
                 if str(mode).lower() != "wal":
                     raise StorageUnavailable(f"cannot enable WAL on {str(path)!r} (got {mode})")
                 # NORMAL is durable across process crashes in WAL mode and much cheaper than FULL.

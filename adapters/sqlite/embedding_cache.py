@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import cast
 
 import apsw
 import numpy as np
@@ -61,7 +62,8 @@ class SqliteEmbeddingCache:
                     for unit_hash, dims, blob in rows:
                         vector = np.frombuffer(blob, dtype=_FLOAT32).astype(np.float32)
                         if vector.shape[0] == dims:  # a torn or foreign row is a miss, not an error
-                            found[unit_hash] = vector
+                            # A 1-d float32 array serves as the port's Sequence[float] (as minilm's).
+                            found[unit_hash] = cast(Vector, vector)
         except apsw.Error as e:
             raise StorageUnavailable(f"embedding cache read failed: {e}", path=str(self.path)) from e
         return found

@@ -15,9 +15,11 @@ from typing import Any
 
 import apsw
 
-from memory_core.adapters.sqlite.database import storage_errors, utc_now_iso, write_transaction
+from memory_core.adapters.sqlite.database import fetch, read_snapshot, storage_errors, write_transaction
+from memory_core.adapters.storage_format import CONVERTER as STORED
 from memory_core.adapters.system.crash_points import crash_point
 from memory_core.domain.canonical import canonical_json
+from memory_core.domain.clock import utc_now_iso
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import EvaluationCaseExists, EvaluationCaseNotFound, EvaluationCorpusNotFound
 from memory_core.domain.model import Layer, ManifestEntry
@@ -61,18 +63,17 @@ class SqliteEvaluationStore:
 
     def has_corpus(self, corpus_id: str) -> bool:
         with self._lock, storage_errors("cannot read evaluation corpus"):
-            rows = self._conn.execute("SELECT 1 FROM evaluation_corpora WHERE corpus_id = ?", (corpus_id,)).fetchall()
+            rows = fetch(self._conn, "SELECT 1 FROM evaluation_corpora WHERE corpus_id = ?", (corpus_id,))
         return bool(rows)
 
     def get_corpus(self, corpus_id: str) -> Corpus:
-        with self._lock, storage_errors("cannot read evaluation corpus"), self._conn:
-            known = self._conn.execute(
-                "SELECT 1 FROM evaluation_corpora WHERE corpus_id = ?", (corpus_id,)
-            ).fetchall()
-            rows = self._conn.execute(
+        with self._lock, storage_errors("cannot read evaluation corpus"), read_snapshot(self._conn):
+            known = fetch(self._conn, "SELECT 1 FROM evaluation_corpora WHERE corpus_id = ?", (corpus_id,))
+            rows = fetch(
+                self._conn,
                 f"SELECT {_RESOURCE_COLUMNS} FROM evaluation_corpus_resources WHERE corpus_id = ? ORDER BY ordinal",
                 (corpus_id,),
-            ).fetchall()
+            )
         if not known:
             raise EvaluationCorpusNotFound(f"no evaluation corpus {corpus_id!r}", corpus_id=corpus_id)
         entries = tuple(ManifestEntry(int(r[0]), r[1], Layer(r[2]), r[3], r[4], int(r[5]), r[6]) for r in rows)
@@ -91,7 +92,7 @@ class SqliteEvaluationStore:
         crash_point("evaluation.add_cases.after_commit")
 
     def _insert_corpus(self, conn: apsw.Connection, corpus: Corpus, now: str) -> None:
-        if conn.execute("SELECT 1 FROM evaluation_corpora WHERE corpus_id = ?", (corpus.corpus_id,)).fetchall():
+        if fetch(conn, "SELECT 1 FROM evaluation_corpora WHERE corpus_id = ?", (corpus.corpus_id,)):
             return  # immutable and keyed by its manifest hash: the same id is the same corpus
         conn.execute(
             "INSERT INTO evaluation_corpora(corpus_id, resource_count, created_at) VALUES (?, ?, ?)",
@@ -116,16 +117,16 @@ class SqliteEvaluationStore:
         versions = [s.version for s in record.judgment_sets]
         if versions != sorted(set(versions)) or (versions and versions[-1] != c.judgment_version):
             raise InvalidRequest("judgment versions must ascend to the case's version", case_id=c.case_id)
-        if conn.execute("SELECT 1 FROM evaluation_cases WHERE case_id = ?", (c.case_id,)).fetchall():
+        if fetch(conn, "SELECT 1 FROM evaluation_cases WHERE case_id = ?", (c.case_id,)):
             raise EvaluationCaseExists(f"evaluation case {c.case_id!r} exists already", case_id=c.case_id)
-        if not conn.execute("SELECT 1 FROM evaluation_corpora WHERE corpus_id = ?", (c.corpus_id,)).fetchall():
+        if not fetch(conn, "SELECT 1 FROM evaluation_corpora WHERE corpus_id = ?", (c.corpus_id,)):
             raise EvaluationCorpusNotFound(f"no evaluation corpus {c.corpus_id!r}", corpus_id=c.corpus_id)
         conn.execute(
             f"INSERT INTO evaluation_cases({_CASE_COLUMNS}, trace_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 c.case_id, c.project_id, c.query, c.corpus_id, c.source_run_id, c.provenance, c.original_provenance,
                 c.judgment_version, c.reviewed_version, c.created_at, c.trace_hash,
-                canonical_json(record.trace.to_dict()).decode("utf-8"),
+                canonical_json(STORED.unstructure(record.trace)).decode("utf-8"),
             ),
         )  # fmt: skip
         for s in record.judgment_sets:
@@ -149,40 +150,39 @@ class SqliteEvaluationStore:
 
     @staticmethod
     def _case(conn: apsw.Connection, case_id: str) -> Case:
-        rows = conn.execute(f"SELECT {_CASE_COLUMNS} FROM evaluation_cases WHERE case_id = ?", (case_id,)).fetchall()
+        rows = fetch(conn, f"SELECT {_CASE_COLUMNS} FROM evaluation_cases WHERE case_id = ?", (case_id,))
         if not rows:
             raise EvaluationCaseNotFound(f"no evaluation case {case_id!r}", case_id=case_id)
         return _case_from_row(rows[0])
 
     def get_trace(self, case_id: str) -> SourceTrace:
         with self._lock, storage_errors("cannot read evaluation case"):
-            rows = self._conn.execute(
-                "SELECT trace_json FROM evaluation_cases WHERE case_id = ?", (case_id,)
-            ).fetchall()
+            rows = fetch(self._conn, "SELECT trace_json FROM evaluation_cases WHERE case_id = ?", (case_id,))
         if not rows:
             raise EvaluationCaseNotFound(f"no evaluation case {case_id!r}", case_id=case_id)
-        return SourceTrace.from_dict(json.loads(rows[0][0]))
+        return STORED.structure(json.loads(rows[0][0]), SourceTrace)
 
     def case_for_run(self, run_id: str, provenance: str) -> Case | None:
         with self._lock, storage_errors("cannot read evaluation cases"):
-            rows = self._conn.execute(
+            rows = fetch(
+                self._conn,
                 f"SELECT {_CASE_COLUMNS} FROM evaluation_cases WHERE source_run_id = ? AND provenance = ? "
                 "ORDER BY created_at, case_id LIMIT 1",
                 (run_id, provenance),
-            ).fetchall()
+            )
         return _case_from_row(rows[0]) if rows else None
 
     def list_cases(self, project_id: str | None = None, case_ids: Sequence[str] | None = None) -> list[Case]:
-        with self._lock, storage_errors("cannot list evaluation cases"), self._conn:
+        with self._lock, storage_errors("cannot list evaluation cases"), read_snapshot(self._conn):
             if case_ids is not None:
                 chosen = [self._case(self._conn, i) for i in dict.fromkeys(case_ids)]
             elif project_id is not None:
-                rows = self._conn.execute(
-                    f"SELECT {_CASE_COLUMNS} FROM evaluation_cases WHERE project_id = ?", (project_id,)
-                ).fetchall()
+                rows = fetch(
+                    self._conn, f"SELECT {_CASE_COLUMNS} FROM evaluation_cases WHERE project_id = ?", (project_id,)
+                )
                 chosen = [_case_from_row(r) for r in rows]
             else:
-                rows = self._conn.execute(f"SELECT {_CASE_COLUMNS} FROM evaluation_cases").fetchall()
+                rows = fetch(self._conn, f"SELECT {_CASE_COLUMNS} FROM evaluation_cases")
                 chosen = [_case_from_row(r) for r in rows]
         chosen = [c for c in chosen if project_id is None or c.project_id == project_id]
         return sorted(chosen, key=lambda c: (c.created_at, c.case_id))
@@ -190,7 +190,7 @@ class SqliteEvaluationStore:
     # -- judgments --------------------------------------------------------------------------------
 
     def judgments(self, case_id: str, version: int | None = None) -> JudgmentSet:
-        with self._lock, storage_errors("cannot read judgments"), self._conn:
+        with self._lock, storage_errors("cannot read judgments"), read_snapshot(self._conn):
             case = self._case(self._conn, case_id)
             wanted = case.judgment_version if version is None else version
             if wanted == 0:
@@ -203,22 +203,24 @@ class SqliteEvaluationStore:
         return found[0]
 
     def judgment_history(self, case_id: str) -> list[JudgmentSet]:
-        with self._lock, storage_errors("cannot read judgments"), self._conn:
+        with self._lock, storage_errors("cannot read judgments"), read_snapshot(self._conn):
             self._case(self._conn, case_id)
             return self._sets(self._conn, case_id, None)
 
     @staticmethod
     def _sets(conn: apsw.Connection, case_id: str, version: int | None) -> list[JudgmentSet]:
         where, params = ("AND version = ?", (case_id, version)) if version is not None else ("", (case_id,))
-        headers = conn.execute(
+        headers = fetch(
+            conn,
             f"SELECT version, created_at FROM evaluation_judgment_sets WHERE case_id = ? {where} ORDER BY version",
             params,
-        ).fetchall()
-        rows = conn.execute(
+        )
+        rows = fetch(
+            conn,
             "SELECT version, unit_id, resource_id, relevance, note FROM evaluation_judgments "
             f"WHERE case_id = ? {where} ORDER BY version, ordinal",
             params,
-        ).fetchall()
+        )
         by_version: dict[int, list[Judgment]] = {int(v): [] for v, _ in headers}
         for v, unit_id, resource_id, relevance, note in rows:
             by_version[int(v)].append(Judgment(int(relevance), unit_id, resource_id, note))

@@ -21,19 +21,19 @@ from memory_core.runs.records import (
 
 _CANDIDATE_FIELDS = [f.name for f in attrs.fields(CandidateRecord)]
 _CANDIDATE_COLUMNS = [("heading_path_json" if f == "heading_path" else f) for f in _CANDIDATE_FIELDS]
-_INSERT_CANDIDATE = (
+INSERT_CANDIDATE = (
     f"INSERT INTO retrieval_run_candidates(run_id, {', '.join(_CANDIDATE_COLUMNS)}) "
     f"VALUES (?{', ?' * len(_CANDIDATE_COLUMNS)})"
 )
-_SELECT_CANDIDATES = (
+SELECT_CANDIDATES = (
     f"SELECT {', '.join(_CANDIDATE_COLUMNS)} FROM retrieval_run_candidates WHERE run_id = ? ORDER BY final_rank"
 )
-_SUMMARY_COLUMNS = (
+SUMMARY_COLUMNS = (
     "run_id, project_id, query, status, started_at, finished_at, state_fingerprint, token_budget, "
     "effective_memory_hash, index_revision, warm, candidate_count, fragment_count, token_count, total_ms, "
     "error_stage, error_code, error_summary, pinned"
 )
-_RESOURCE_COLUMNS = "manifest_hash, ordinal, resource_id, layer, uri, resource_hash, byte_size, media_type"
+RESOURCE_COLUMNS = "manifest_hash, ordinal, resource_id, layer, uri, resource_hash, byte_size, media_type"
 
 
 # A candidate row is the unit's identity columns then the Candidate's stage columns, in
@@ -49,7 +49,7 @@ _GET_UNIT_FIELDS = operator.attrgetter("unit_id", "resource_id", "unit_hash", "r
 _GET_STAGE_FIELDS = operator.attrgetter(*_STAGE_FIELDS)
 
 
-class _UnitColumns:
+class UnitColumns:
     """The identity columns of a candidate row, per Unit, built once per Unit object.
 
     On the activation's hot path (one row per candidate, ~180 per Run); a loaded generation
@@ -66,18 +66,18 @@ class _UnitColumns:
         hit = self._seen.get(id(unit))
         if hit is not None and hit[0]() is unit:
             return hit[1]
-        columns = (*_GET_UNIT_FIELDS(unit), _heading_path_json(unit.heading_path), unit.token_count)
+        columns = (*_GET_UNIT_FIELDS(unit), heading_path_json(unit.heading_path), unit.token_count)
         if len(self._seen) >= self._limit:
             self._seen = {}
         self._seen[id(unit)] = (weakref.ref(unit), columns)
         return columns
 
 
-def _candidate_rows(run_id: str, candidates: Iterable[Candidate], unit_columns: _UnitColumns) -> list[tuple[Any, ...]]:
+def candidate_rows(run_id: str, candidates: Iterable[Candidate], unit_columns: UnitColumns) -> list[tuple[Any, ...]]:
     return [(run_id, *unit_columns(c.unit), *_GET_STAGE_FIELDS(c)) for c in candidates]
 
 
-def _heading_path_json(heading_path: Sequence[str]) -> str:
+def heading_path_json(heading_path: Sequence[str]) -> str:
     """``json.dumps(list(heading_path), ensure_ascii=False)``, byte for byte, in a quarter of the
     time: the C string encoder json.dumps itself uses, without its per-call set-up (~180 calls
     per Run, most of them for a heading path no earlier Run had)."""
@@ -88,13 +88,13 @@ def _json_list(value: Sequence[str]) -> str:
     return json.dumps(list(value), ensure_ascii=False)
 
 
-def _candidate_from_row(row: Sequence[Any]) -> CandidateRecord:
+def candidate_from_row(row: Sequence[Any]) -> CandidateRecord:
     values = dict(zip(_CANDIDATE_FIELDS, row, strict=True))
     values["heading_path"] = tuple(json.loads(values["heading_path"]))
     return CandidateRecord(**values)
 
 
-def _summary_from_row(row: Sequence[Any]) -> RunSummary:
+def summary_from_row(row: Sequence[Any]) -> RunSummary:
     (run_id, project_id, query, status, started_at, finished_at, fingerprint, budget, em_hash, revision, warm,
      candidates, fragments, tokens, total, stage, code, summary, pinned) = row  # fmt: skip
     return RunSummary(
@@ -120,7 +120,7 @@ def _summary_from_row(row: Sequence[Any]) -> RunSummary:
     )
 
 
-def _manifest_rows(manifest_hash: str, entries: Iterable[ManifestEntry]) -> list[tuple[Any, ...]]:
+def manifest_rows(manifest_hash: str, entries: Iterable[ManifestEntry]) -> list[tuple[Any, ...]]:
     return [
         (manifest_hash, e.ordinal, e.resource_id, e.layer.value, e.uri, e.resource_hash, e.byte_size, e.media_type)
         for e in entries
@@ -149,7 +149,7 @@ LIVE_BLOB_QUERIES: tuple[tuple[str, str], ...] = (
 
 # Manifest rows stay while a Run or a current/previous generation refers to them (so the first
 # Run after an index never has to copy a manifest).
-_DELETE_UNUSED_MANIFESTS = (
+DELETE_UNUSED_MANIFESTS = (
     "DELETE FROM retrieval_run_resources WHERE manifest_hash NOT IN ("
     " SELECT effective_memory_hash FROM retrieval_runs WHERE effective_memory_hash IS NOT NULL"
     " UNION SELECT coalesce(g.manifest_hash, g.effective_memory_hash) FROM project_generation_pointers p"
@@ -158,6 +158,5 @@ _DELETE_UNUSED_MANIFESTS = (
 )
 
 
-
-def _json(value: Mapping[str, Any]) -> str:
+def json_column(value: Mapping[str, Any]) -> str:
     return canonical_json(dict(value)).decode("utf-8")

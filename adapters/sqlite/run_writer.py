@@ -118,4 +118,3 @@ class RunWriter:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
-

@@ -14,47 +14,32 @@ a crash between the two leaves orphans that the next ``clear`` sweeps.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import apsw
 
-from memory_core.adapters.sqlite.database import storage_errors, utc_now_iso, write_transaction
+from memory_core.adapters.sqlite import run_queries as q
+from memory_core.adapters.sqlite.database import fetch, read_snapshot, storage_errors, write_transaction
 from memory_core.adapters.sqlite.run_rows import (
-    _DELETE_UNUSED_MANIFESTS,
-    _INSERT_CANDIDATE,
-    _RESOURCE_COLUMNS,
-    _SELECT_CANDIDATES,
-    _SUMMARY_COLUMNS,
-    LIVE_BLOB_QUERIES,
-    _candidate_from_row,
-    _candidate_rows,
-    _json,
-    _manifest_rows,
-    _summary_from_row,
-    _UnitColumns,
+    INSERT_CANDIDATE,
+    UnitColumns,
+    candidate_rows,
+    json_column,
 )
 from memory_core.adapters.sqlite.run_writer import RunWriter
-from memory_core.adapters.system.crash_points import CRASH_EXIT, CRASH_POINT_ENV, crash_point
+from memory_core.adapters.system.crash_points import crash_point
+from memory_core.domain.clock import utc_now_iso
 from memory_core.domain.errors import InvalidRequest, RunNotFound
-from memory_core.domain.model import EffectiveMemory, Layer, ManifestEntry
+from memory_core.domain.model import EffectiveMemory, ManifestEntry
 from memory_core.ports import BlobStore
-from memory_core.runs.listing import (  # noqa: F401  (re-exported)
-    STATUSES,
-    check_listing,
-    contains_ascii_nocase,
-    decode_cursor,
-    encode_cursor,
-    like_escape,
-)
-from memory_core.runs.owners import Owner, OwnerOfThisProcess, current_boot_id, owner_gone  # noqa: F401
+from memory_core.runs.listing import check_listing
+from memory_core.runs.owners import Owner, OwnerOfThisProcess, current_boot_id
 from memory_core.runs.records import (
     FAILED,
     MAX_ERROR_SUMMARY,
-    MAX_RUNS_PER_PROJECT,
     RUNNING,
     SUCCEEDED,
     ClearReport,
@@ -65,15 +50,12 @@ from memory_core.runs.records import (
     RunStart,
     RunTrace,
 )
-from memory_core.runs.rules import (  # noqa: F401  (re-exported)
+from memory_core.runs.rules import (
     BLOB_GRACE_S,
-    INTERRUPTED,
-    INTERRUPTED_STAGE,
     MAX_ERROR_FIELD,
     bounded,
     check_manifest,
     collect_blobs,
-    interrupted_summary,
     new_run_id,
     total_ms,
 )
@@ -93,9 +75,6 @@ class _Clock(Protocol):
 class _UtcClock:
     def now_iso(self) -> str:
         return utc_now_iso()
-
-
-# -- rows ---------------------------------------------------------------------------------------
 
 
 class SqliteRunStore:
@@ -132,7 +111,7 @@ class SqliteRunStore:
         self._write_behind = write_behind
         self._open: set[str] = set()  # Runs this store started and nobody completed or failed yet
         self._unwritten_failures: dict[str, RunFailure] = {}  # touched on the writer thread only
-        self._unit_columns = _UnitColumns()
+        self._unit_columns = UnitColumns()
 
     def settle(self) -> None:
         """Return once every write this process queued (inserts, traces) has landed."""
@@ -169,21 +148,8 @@ class SqliteRunStore:
                     run.started_at, owner.pid, owner.started_at, owner.boot_id,
                 ),
             )  # fmt: skip
-            self._prune(conn, run.project_id)
+            q.prune(conn, run.project_id)
         self._fault("runs.start.after_commit")
-
-    def _prune(self, conn: apsw.Connection, project_id: str) -> None:
-        unpinned = conn.execute(
-            "SELECT count(*) FROM retrieval_runs WHERE project_id = ? AND pinned = 0", (project_id,)
-        ).fetchall()[0][0]
-        excess = int(unpinned) - MAX_RUNS_PER_PROJECT
-        if excess > 0:
-            conn.execute(
-                "DELETE FROM retrieval_runs WHERE run_id IN (SELECT run_id FROM retrieval_runs "
-                "WHERE project_id = ? AND pinned = 0 AND status != 'running' "
-                "ORDER BY started_at, run_id LIMIT ?)",
-                (project_id, excess),
-            )
 
     def complete(self, run_id: str, trace: RunTrace) -> None:
         """Make the Run ``succeeded`` with its trace, right behind the answer.
@@ -196,11 +162,11 @@ class SqliteRunStore:
         next write tries again, and recovery fails it (``retrieval_interrupted``) once this
         process is gone.
         """
-        rows = _candidate_rows(run_id, trace.candidates, self._unit_columns)
+        rows = candidate_rows(run_id, trace.candidates, self._unit_columns)
         latency = dict(trace.latency_ms)
         update = (
             SUCCEEDED, trace.finished_at, trace.effective_memory_hash, trace.index_revision,
-            _json(trace.revisions), _json(latency), int(trace.warm), len(rows), trace.fragment_count,
+            json_column(trace.revisions), json_column(latency), int(trace.warm), len(rows), trace.fragment_count,
             trace.token_count, total_ms(latency), run_id, RUNNING,
         )  # fmt: skip
         if self._claim(run_id) and self._write_behind:
@@ -226,10 +192,10 @@ class SqliteRunStore:
                 "fragment_count = ?, token_count = ?, total_ms = ? WHERE run_id = ? AND status = ?",
                 update,
             )
-            self._check_changed(conn, run_id)
-            conn.executemany(_INSERT_CANDIDATE, rows)
+            q.check_changed(conn, run_id)
+            conn.executemany(INSERT_CANDIDATE, rows)
             self._fault(AFTER_CANDIDATES)
-            self._ensure_manifest(conn, manifest, live)
+            q.ensure_manifest(conn, manifest, self._clock.now_iso, live)
         self._fault("runs.complete.after_commit")
 
     def _claim(self, run_id: str) -> bool:
@@ -288,65 +254,25 @@ class SqliteRunStore:
                 "error_stage = ?, error_code = ?, error_summary = ? WHERE run_id = ? AND status = ?",
                 (
                     FAILED, failure.finished_at, failure.effective_memory_hash, failure.index_revision,
-                    _json(failure.revisions), _json(latency), int(failure.warm), total_ms(latency),
+                    json_column(failure.revisions), json_column(latency), int(failure.warm), total_ms(latency),
                     bounded(failure.error_stage, MAX_ERROR_FIELD), bounded(failure.error_code, MAX_ERROR_FIELD),
                     bounded(failure.error_summary, MAX_ERROR_SUMMARY), run_id, RUNNING,
                 ),
             )  # fmt: skip
-            self._check_changed(conn, run_id)
+            q.check_changed(conn, run_id)
             if failure.effective_memory_hash:
-                self._ensure_manifest(conn, failure.effective_memory_hash)
+                q.ensure_manifest(conn, failure.effective_memory_hash, self._clock.now_iso)
             self._fault("runs.fail.before_commit")
-
-    def _check_changed(self, conn: apsw.Connection, run_id: str) -> None:
-        if conn.changes() == 1:
-            return
-        rows = conn.execute("SELECT status FROM retrieval_runs WHERE run_id = ?", (run_id,)).fetchall()
-        if not rows:
-            raise RunNotFound(f"no Retrieval Run {run_id!r}", run_id=run_id)
-        raise InvalidRequest(f"Retrieval Run {run_id!r} is already {rows[0][0]}", run_id=run_id, status=rows[0][0])
-
-    def _ensure_manifest(self, conn: apsw.Connection, manifest_hash: str, live: EffectiveMemory | None = None) -> None:
-        """Known manifests cost one index probe; an unknown one is copied once from the catalog,
-        or, for a live Effective Memory no generation holds, stored once from the trace."""
-        known = conn.execute(
-            "SELECT 1 FROM retrieval_run_resources WHERE manifest_hash = ? LIMIT 1", (manifest_hash,)
-        ).fetchall()
-        if known:
-            return
-        if live is not None and live.hash == manifest_hash:
-            self._insert_manifest(conn, check_manifest(live), live.entries)
-            return
-        rows = conn.execute("SELECT entries_json FROM manifests WHERE manifest_hash = ?", (manifest_hash,)).fetchall()
-        if not rows:
-            log.warning("Effective Memory manifest %s is unknown; the Run refers to it by hash only", manifest_hash)
-            return
-        entries = [ManifestEntry.from_dict(e) for e in json.loads(str(rows[0][0]))]
-        self._insert_manifest(conn, manifest_hash, entries)
-
-    def _insert_manifest(self, conn: apsw.Connection, manifest_hash: str, entries: Sequence[ManifestEntry]) -> None:
-        conn.executemany(
-            f"INSERT OR IGNORE INTO retrieval_run_resources({_RESOURCE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            _manifest_rows(manifest_hash, entries),
-        )
-        now = self._clock.now_iso()
-        conn.executemany(
-            "INSERT OR IGNORE INTO retrieval_corpus_blobs(sha256, byte_size, media_type, first_seen_at) "
-            "VALUES (?, ?, ?, ?)",
-            [(e.resource_hash, e.byte_size, e.media_type, now) for e in entries],
-        )
 
     def record_manifest(self, effective_memory: EffectiveMemory) -> str:
         """Store the ordered manifest once under its hash (the indexer calls this); returns the hash."""
         with self._lock, storage_errors("cannot read manifest"):
-            known = self._conn.execute(
-                "SELECT 1 FROM retrieval_run_resources WHERE manifest_hash = ? LIMIT 1", (effective_memory.hash,)
-            ).fetchall()
+            known = q.has_manifest(self._conn, effective_memory.hash)
         if known:
             return effective_memory.hash
         digest = check_manifest(effective_memory)
         with self._lock, storage_errors("cannot store manifest"), write_transaction(self._conn) as conn:
-            self._insert_manifest(conn, digest, effective_memory.entries)
+            q.insert_manifest(conn, digest, effective_memory.entries, self._clock.now_iso)
         self._fault("runs.record_manifest.after_commit")
         return digest
 
@@ -364,13 +290,7 @@ class SqliteRunStore:
         """The ordered manifest a Run saw, or None when it was never recorded."""
         self._writer.settle()  # a trace written behind its answer may have copied it
         with self._lock, storage_errors("cannot read manifest"):
-            rows = self._conn.execute(
-                f"SELECT {_RESOURCE_COLUMNS} FROM retrieval_run_resources WHERE manifest_hash = ? ORDER BY ordinal",
-                (manifest_hash,),
-            ).fetchall()
-        if not rows:
-            return None
-        return tuple(ManifestEntry(int(r[1]), r[2], Layer(r[3]), r[4], r[5], int(r[6]), r[7]) for r in rows)
+            return q.manifest_entries(self._conn, manifest_hash)
 
     # -- pinning ----------------------------------------------------------------------------------
 
@@ -395,57 +315,16 @@ class SqliteRunStore:
         """Newest first (``started_at``, then ``run_id``); keyset pages stay stable while Runs are
         inserted: no Run present throughout is repeated or skipped."""
         check_listing(run_filter, limit)
-        where, params = self._where(run_filter)
-        if cursor is not None:
-            started_at, run_id = decode_cursor(cursor)
-            where.append("(started_at < ? OR (started_at = ? AND run_id < ?))")
-            params += [started_at, started_at, run_id]
-        sql = f"SELECT {_SUMMARY_COLUMNS} FROM retrieval_runs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY started_at DESC, run_id DESC LIMIT ?"
+        sql, params = q.page_query(run_filter, limit, cursor)
         self._writer.settle()  # read what this process has written
         with self._lock, storage_errors("cannot list Retrieval Runs"):
-            rows = self._conn.execute(sql, (*params, limit + 1)).fetchall()
-        runs = tuple(_summary_from_row(r) for r in rows[:limit])
-        more = len(rows) > limit
-        return RunPage(runs, encode_cursor(runs[-1].started_at, runs[-1].run_id) if more else None)
-
-    @staticmethod
-    def _where(f: RunFilter) -> tuple[list[str], list[Any]]:
-        where: list[str] = []
-        params: list[Any] = []
-        for column, op, value in (
-            ("project_id", "=", f.project_id),
-            ("status", "=", f.status),
-            ("started_at", ">=", f.since),
-            ("started_at", "<", f.until),
-        ):
-            if value is not None:
-                where.append(f"{column} {op} ?")
-                params.append(value)
-        if f.query_contains:
-            where.append("query LIKE ? ESCAPE '\\'")
-            params.append(like_escape(f.query_contains))
-        return where, params
+            rows = fetch(self._conn, sql, params)
+        return q.page_of(rows, limit)
 
     def get_run(self, run_id: str) -> RunDetail:
         self._writer.settle()  # read what this process has written
-        with self._lock, storage_errors("cannot read Retrieval Run"), self._conn:
-            rows = self._conn.execute(
-                f"SELECT {_SUMMARY_COLUMNS}, revisions_json, latency_json FROM retrieval_runs WHERE run_id = ?",
-                (run_id,),
-            ).fetchall()
-            if not rows:
-                raise RunNotFound(f"no Retrieval Run {run_id!r}", run_id=run_id)
-            candidates = self._conn.execute(_SELECT_CANDIDATES, (run_id,)).fetchall()
-        row = rows[0]
-        return RunDetail(
-            summary=_summary_from_row(row[:-2]),
-            revisions=json.loads(row[-2]),
-            latency_ms=json.loads(row[-1]),
-            candidates=tuple(_candidate_from_row(c) for c in candidates),
-        )
+        with self._lock, storage_errors("cannot read Retrieval Run"), read_snapshot(self._conn):
+            return q.read_run(self._conn, run_id)
 
     # -- recovery and clearing -------------------------------------------------------------------
 
@@ -455,75 +334,29 @@ class SqliteRunStore:
         boot = current_boot_id()
         self._writer.settle()  # read what this process has written
         with self._lock, storage_errors("cannot recover Retrieval Runs"), write_transaction(self._conn) as conn:
-            rows = conn.execute(
-                "SELECT run_id, owner_pid, owner_started_at, owner_boot_id FROM retrieval_runs WHERE status = ?",
-                (RUNNING,),
-            ).fetchall()
-            gone = [(r[0], r[1]) for r in rows if owner_gone(r[1], r[2], r[3], boot)]
-            now = self._clock.now_iso()
-            conn.executemany(
-                "UPDATE retrieval_runs SET status = ?, finished_at = ?, error_stage = ?, error_code = ?, "
-                "error_summary = ? WHERE run_id = ? AND status = ?",
-                [(FAILED, now, INTERRUPTED_STAGE, INTERRUPTED, interrupted_summary(pid), run_id, RUNNING)
-                 for run_id, pid in gone],
-            )  # fmt: skip
+            failed = q.fail_interrupted(conn, self._clock.now_iso(), boot)
             self._fault("runs.recover.before_commit")
-        return len(gone)
+        return failed
 
     def clear(self, project_id: str | None = None) -> ClearReport:
         """Delete unpinned Runs of one project (or all) except those still running in a live
         process, and the manifests nothing refers to; commit; then delete blob files no longer live."""
-        scope, params = ("AND project_id = ?", [project_id]) if project_id is not None else ("", [])
         boot = current_boot_id()
         self._writer.settle()  # read what this process has written
         with self._lock, storage_errors("cannot clear Retrieval Runs"), write_transaction(self._conn) as conn:
-            running = conn.execute(
-                "SELECT run_id, owner_pid, owner_started_at, owner_boot_id FROM retrieval_runs "
-                f"WHERE pinned = 0 AND status = 'running' {scope}",
-                params,
-            ).fetchall()
-            in_flight = [r[0] for r in running if not owner_gone(r[1], r[2], r[3], boot)]
-            spare = f"AND run_id NOT IN ({', '.join('?' * len(in_flight))})" if in_flight else ""
-            conn.execute(f"DELETE FROM retrieval_runs WHERE pinned = 0 {scope} {spare}", [*params, *in_flight])
-            deleted = conn.changes()
-            kept = conn.execute(f"SELECT count(*) FROM retrieval_runs WHERE pinned = 1 {scope}", params).fetchall()
-            conn.execute(_DELETE_UNUSED_MANIFESTS)
-            live = self._live_digests(conn)
-            stale = [(d,) for (d,) in conn.execute("SELECT sha256 FROM retrieval_corpus_blobs") if d not in live]
-            conn.executemany("DELETE FROM retrieval_corpus_blobs WHERE sha256 = ?", stale)
+            deleted, kept = q.delete_cleared(conn, project_id, boot)
             self._fault("runs.clear.before_commit")
         self._fault(AFTER_CLEAR_COMMIT)
         deleted_blobs = 0
         if self._blobs is not None:
             deleted_blobs = collect_blobs(self._blobs, self.live_blobs, self._grace)
-        return ClearReport(deleted_runs=deleted, kept_pinned=int(kept[0][0]), deleted_blobs=deleted_blobs)
+        return ClearReport(deleted_runs=deleted, kept_pinned=kept, deleted_blobs=deleted_blobs)
 
     def live_blobs(self) -> set[str]:
         """Digests a Run's manifest, a current/previous generation or an evaluation corpus names."""
         self._writer.settle()  # read what this process has written
-        with self._lock, storage_errors("cannot read blob references"), self._conn:
-            return self._live_digests(self._conn)
-
-    def _live_digests(self, conn: apsw.Connection) -> set[str]:
-        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        live: set[str] = set()
-        for table, sql in LIVE_BLOB_QUERIES:
-            if table in tables:
-                live.update(str(d) for (d,) in conn.execute(sql) if d is not None)
-        return live
+        with self._lock, storage_errors("cannot read blob references"), read_snapshot(self._conn):
+            return q.live_digests(self._conn)
 
 
-
-
-
-__all__ = [
-    "AFTER_CANDIDATES",
-    "AFTER_CLEAR_COMMIT",
-    "BLOB_GRACE_S",
-    "CRASH_EXIT",
-    "CRASH_POINT_ENV",
-    "INTERRUPTED",
-    "LIVE_BLOB_QUERIES",
-    "Owner",
-    "SqliteRunStore",
-]
+__all__ = ["AFTER_CANDIDATES", "AFTER_CLEAR_COMMIT", "SqliteRunStore"]

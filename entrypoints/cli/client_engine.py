@@ -17,20 +17,57 @@ blocking every agent's activation.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
-from memory_core.domain.model import Project, Source
+from memory_core.domain.model import Project
 from memory_core.domain.progress import Progress
+from memory_core.entrypoints.daemon import api
 from memory_core.entrypoints.daemon.client import DaemonClient
-from memory_core.evaluation.cases import Case, CaseDetail, JudgmentSet
-from memory_core.evaluation.fixture import ImportResult
-from memory_core.evaluation.report import Report
+from memory_core.evaluation.cases import CaseDetail, JudgmentSet
 from memory_core.retrieval.activation_state import ActivationState
-from memory_core.runs.records import ClearReport, RunDetail, RunFilter, RunPage
-from memory_core.services.engine import Activation, ProjectInfo
+from memory_core.runs.records import ClearReport
+from memory_core.services.activation import Activation
+from memory_core.services.engine import ProjectInfo
 from memory_core.services.indexing import IndexReport
-from memory_core.services.local_storage import ProjectRemoval, ProjectStorage
+from memory_core.services.local_storage import ProjectStorage
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+class Forward(Generic[P, R]):
+    """An ``Engine`` method the daemon answers: the DaemonClient's method of the dispatch table
+    (its parameters), called on the engine's client, its answer passed through ``then`` (the
+    engine's value of it) if given. Made by :func:`forward`, which types both forms."""
+
+    def __init__(self, method: Callable[..., Any], then: Callable[[Any], R] | None = None) -> None:
+        self.method = method
+        self.then = then
+
+    def __get__(self, engine: Any, owner: type) -> Callable[P, R]:
+        def bound(*args: P.args, **kwargs: P.kwargs) -> R:
+            answer = self.method(engine.client, *args, **kwargs)
+            return answer if self.then is None else self.then(answer)
+
+        return bound
+
+
+@overload
+def forward(method: Callable[Concatenate[DaemonClient, P], R]) -> Forward[P, R]: ...
+
+
+@overload
+def forward(method: Callable[Concatenate[DaemonClient, P], T], then: Callable[[T], R]) -> Forward[P, R]: ...
+
+
+def forward(method: Callable[..., Any], then: Callable[[Any], Any] | None = None) -> Forward[Any, Any]:
+    return Forward(method, then)
+
+
+def _project(info: ProjectInfo) -> Project:
+    return info.project
 
 
 class ClientEngine:
@@ -46,27 +83,16 @@ class ClientEngine:
         return cls(client) if client is not None else None
 
     # -- projects ---------------------------------------------------------------------------
-    def add_project(self, name: str, sources: Sequence[Source]) -> Project:
-        return self.client.add_project(name, sources).project
-
-    def list_projects(self) -> list[ProjectInfo]:
-        return self.client.list_projects()
-
-    def show_project(self, name: str) -> ProjectInfo:
-        return self.client.show_project(name)
-
-    def remove_project(self, name: str, *, purge: bool = False) -> ProjectRemoval:
-        return self.client.remove_project(name, purge=purge)
-
-    def project_storage(self, name: str) -> ProjectStorage:
-        return self.client.show_project_storage(name)
+    add_project = forward(DaemonClient.add_project, _project)
+    list_projects = forward(DaemonClient.list_projects)
+    show_project = forward(DaemonClient.show_project)
+    remove_project = forward(DaemonClient.remove_project)
+    project_storage = forward(DaemonClient.show_project_storage)
+    clear_project_storage = forward(DaemonClient.clear_project_storage)
 
     def move_project_storage(self, name: str, destination: str | os.PathLike[str]) -> ProjectStorage:
         # The daemon resolves nothing against its own working directory: send an absolute path.
         return self.client.move_project_storage(name, os.path.abspath(os.path.expanduser(destination)))
-
-    def clear_project_storage(self, name: str) -> ProjectStorage:
-        return self.client.clear_project_storage(name)
 
     def index(self, name: str, *, force: bool = False, progress: Progress | None = None) -> IndexReport:
         # The daemon reports no progress while it indexes; the report comes when it is done.
@@ -89,11 +115,8 @@ class ClientEngine:
         return Activation(response, candidates)
 
     # -- Retrieval Runs ---------------------------------------------------------------------
-    def list_runs(self, run_filter: RunFilter | None = None, *, limit: int = 50, cursor: str | None = None) -> RunPage:
-        return self.client.list_retrieval_runs(run_filter, limit=limit, cursor=cursor)
-
-    def get_run(self, run_id: str, *, manifest: bool = False) -> RunDetail:
-        return self.client.get_retrieval_run(run_id, manifest=manifest)
+    list_runs = forward(DaemonClient.list_retrieval_runs)
+    get_run = forward(DaemonClient.get_retrieval_run)
 
     def clear_runs(self, project_id: str | None = None) -> ClearReport:
         if project_id is None:
@@ -104,32 +127,13 @@ class ClientEngine:
     def evaluations(self) -> DaemonEvaluations:
         return DaemonEvaluations(self.client)
 
-    def create_evaluation_case(self, run_id: str) -> Case:
-        return self.client.create_evaluation_case(run_id)
+    create_evaluation_case = forward(DaemonClient.create_evaluation_case)
+    replace_evaluation_judgments = forward(DaemonClient.replace_evaluation_judgments)
+    evaluation_report = forward(DaemonClient.evaluation_report, api.EvaluationReport.to_report)
 
-    def replace_evaluation_judgments(
-        self, case_id: str, expected_judgment_version: int, judgments: object
-    ) -> JudgmentSet:
-        return self.client.replace_evaluation_judgments(case_id, expected_judgment_version, judgments)
-
-    def evaluation_report(self, project_id: str | None = None, case_ids: Sequence[str] | None = None) -> Report:
-        return self.client.evaluation_report(project_id, case_ids).to_report()
-
-    def export_evaluation_set(
-        self,
-        *,
-        project_id: str | None = None,
-        case_ids: Sequence[str] | None = None,
-        with_history: bool = False,
-        with_uris: bool = False,
-    ) -> bytes:
-        fixture = self.client.export_evaluation_set(
-            project_id, case_ids=case_ids, with_history=with_history, with_uris=with_uris
-        )
-        return fixture.to_bytes()
-
-    def import_evaluation_set(self, data: bytes | str | Mapping[str, Any]) -> ImportResult:
-        return self.client.import_evaluation_set(data)
+    # The file's bytes, as an embedded export writes them.
+    export_evaluation_set = forward(DaemonClient.export_evaluation_set, api.EvaluationFixture.to_bytes)
+    import_evaluation_set = forward(DaemonClient.import_evaluation_set)
 
     def close(self) -> None:
         self.client.close()
@@ -141,11 +145,8 @@ class DaemonEvaluations:
     def __init__(self, client: DaemonClient) -> None:
         self.client = client
 
-    def get_case(self, case_id: str) -> Case:
-        return self.client.get_evaluation_case(case_id).case
-
-    def list_cases(self, project_id: str | None = None, case_ids: Sequence[str] | None = None) -> list[Case]:
-        return self.client.list_evaluation_cases(project_id, case_ids)
+    get_case = forward(DaemonClient.get_evaluation_case, lambda detail: detail.case)
+    list_cases = forward(DaemonClient.list_evaluation_cases)
 
     def show_case(self, case_id: str) -> CaseDetail:
         d = self.client.get_evaluation_case(case_id)
@@ -154,11 +155,6 @@ class DaemonEvaluations:
     def judgment_history(self, case_id: str) -> list[JudgmentSet]:
         return list(self.client.get_evaluation_case(case_id).judgment_history)
 
-    def replace_judgments(self, case_id: str, expected_judgment_version: int, judgments: object) -> JudgmentSet:
-        return self.client.replace_evaluation_judgments(case_id, expected_judgment_version, judgments)
-
-    def mark_reviewed(self, case_id: str, expected_judgment_version: int, reviewed: bool = True) -> Case:
-        return self.client.mark_evaluation_reviewed(case_id, expected_judgment_version, reviewed)
-
-    def report(self, project_id: str | None = None, case_ids: Sequence[str] | None = None) -> Report:
-        return self.client.evaluation_report(project_id, case_ids).to_report()
+    replace_judgments = forward(DaemonClient.replace_evaluation_judgments)
+    mark_reviewed = forward(DaemonClient.mark_evaluation_reviewed)
+    report = forward(DaemonClient.evaluation_report, api.EvaluationReport.to_report)

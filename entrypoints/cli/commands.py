@@ -19,7 +19,8 @@ from memory_core.entrypoints.cli.main import _emit_json, _parse_source, hint
 from memory_core.entrypoints.cli.output_file import OutputFile
 from memory_core.entrypoints.wire_input import decode_json
 from memory_core.runs.records import RunFilter
-from memory_core.services.engine import Engine, Freshness
+from memory_core.services.engine import Engine
+from memory_core.services.freshness import Freshness
 
 # Commands that build their own embedded engine even when a daemon runs (both processes share
 # the home's database safely). The demo drives an Engine itself. ``eval import-beir`` and
@@ -71,8 +72,9 @@ def project_add(engine: Engine, args: argparse.Namespace) -> int:
     if args.json:
         _emit_json(wire.project_to_json(info))
     else:
-        render.console().print(hint(f"added project {project.project_id}; next: memcore index {project.project_id}",
-                                    args.home))
+        render.console().print(
+            hint(f"added project {project.project_id}; next: memcore index {project.project_id}", args.home)
+        )
     return 0
 
 
@@ -98,8 +100,10 @@ def project_show(engine: Engine, args: argparse.Namespace) -> int:
 
 
 def project_remove(engine: Engine, args: argparse.Namespace) -> int:
-    if args.purge and not args.yes and not confirm(
-        f"Delete project {args.name!r} with its Evaluation Cases and every one of its Runs?", "--purge"
+    if (
+        args.purge
+        and not args.yes
+        and not confirm(f"Delete project {args.name!r} with its Evaluation Cases and every one of its Runs?", "--purge")
     ):
         render.console().print("nothing deleted")
         return 0
@@ -130,8 +134,12 @@ def project_storage(engine: Engine, args: argparse.Namespace) -> int:
     out = render.console()
     out.print(render.storage_table(storage))
     if args.storage_action == "clear":
-        out.print(hint(f"cleared; until `memcore index {args.name}` rebuilds it, activate answers project_not_indexed",
-                       args.home))
+        out.print(
+            hint(
+                f"cleared; until `memcore index {args.name}` rebuilds it, activate answers project_not_indexed",
+                args.home,
+            )
+        )
     return 0
 
 
@@ -172,7 +180,7 @@ def activate(engine: Engine, args: argparse.Namespace) -> int:
     with OutputFile(args.save_state, "--save-state") if args.save_state else nullcontext() as saved:
         activation = engine.activate(args.project, args.query, budget=args.budget, state=state)
         if saved is not None:
-            saved.write(json.dumps(activation.response.activation_state.to_json(), indent=2).encode("utf-8"))
+            saved.write(json.dumps(wire.to_json(activation.response.activation_state), indent=2).encode("utf-8"))
     warning = freshness_warning(args.project, activation.response.freshness)
     if warning:
         print(f"warning: {hint(warning, args.home)}", file=sys.stderr)  # stderr: --json output stays one document
@@ -278,7 +286,8 @@ HANDLERS: dict[tuple[str, str | None], Callable[[Engine, argparse.Namespace], in
     ("runs", "show"): runs_show,
     ("runs", "clear"): runs_clear,
     ("demo", None): demo,
-    **{("eval", action): evaluation for action in (
-        "case", "judge", "review", "report", "export", "import", "import-beir", "replay"
-    )},
+    **{
+        ("eval", action): evaluation
+        for action in ("case", "judge", "review", "report", "export", "import", "import-beir", "replay")
+    },
 }

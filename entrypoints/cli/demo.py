@@ -20,7 +20,8 @@ from memory_core.domain.errors import ProjectNotFound
 from memory_core.domain.model import Layer, Source
 from memory_core.entrypoints.cli import render, wire
 from memory_core.entrypoints.cli.commands import progress_bar
-from memory_core.services.engine import Activation, Engine
+from memory_core.services.activation import Activation
+from memory_core.services.engine import Engine
 
 PROJECT = "demo"
 QUERIES = (

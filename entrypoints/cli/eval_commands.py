@@ -15,6 +15,7 @@ from memory_core.entrypoints.cli import render
 from memory_core.entrypoints.cli.main import _emit_json
 from memory_core.entrypoints.cli.wire import to_json
 from memory_core.entrypoints.wire_input import decode_json
+from memory_core.evaluation.report import Report
 from memory_core.services.engine import Engine
 
 
@@ -96,10 +97,8 @@ def _workspace(engine: Engine, home: Path) -> Any:
     return EngineWorkspace(engine, FolderSources(home / "evaluation-sources"))
 
 
-def report_tables(report: Any) -> list[Any]:
-    out: list[Any] = [
-        f"{report.case_count} cases ({report.reviewed_cases} reviewed); project {report.project_id or 'all'}"
-    ]
+def report_tables(report: Report) -> list[Any]:
+    out: list[Any] = [f"{report.cases} cases ({report.reviewed_cases} reviewed); project {report.project_id or 'all'}"]
     for level_name, level in report.levels.items():
         judged = f"{level.judged_cases} judged cases, {level.unjudged_cases} without relevant items"
         table = Table(title=f"{level_name} level: {judged}")
@@ -118,9 +117,9 @@ def report_tables(report: Any) -> list[Any]:
             else:
                 said = f"95% CI {c.ci95_low:+.4f} .. {c.ci95_high:+.4f}, p {c.p_value:.3f}, {c.cases} cases"
             out.append(f"  {c.variant} - {c.other} {c.metric}: {c.mean_diff:+.4f} ({said})")
-    counts = report.missed_counts()
+    counts = report.missed_evidence.counts
     out.append("missed evidence: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-    lat = report.latency
+    lat = report.latency_ms
     out.append(
         f"warm latency ({lat.warm_runs} warm Runs): "
         + ", ".join(f"{v} p50 {p.p50:.1f} ms" for v, p in lat.variants.items() if p.p50 is not None)
@@ -185,13 +184,13 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
     if action == "case create":
         case = engine.create_evaluation_case(args.run_id)
         if args.json:
-            _emit_json(case.to_dict())
+            _emit_json(to_json(case))
         else:
             out.print(f"case {case.case_id} from run {case.source_run_id} (corpus {case.corpus_id[:12]}); run pinned")
     elif action == "case list":
         cases = service.list_cases(args.project)
         if args.json:
-            _emit_json([c.to_dict() for c in cases])
+            _emit_json(to_json(cases))
         else:
             table = Table(title="Evaluation Cases")
             for col in ("case", "project", "query", "judgment version", "reviewed", "provenance"):
@@ -208,21 +207,21 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
             out.print(table)
     elif action == "case show":
         detail = service.show_case(args.case_id)
-        _emit_json(detail.to_dict()) if args.json else out.print_json(json.dumps(detail.to_dict()))
+        _emit_json(to_json(detail)) if args.json else out.print_json(json.dumps(to_json(detail)))
     elif action == "judge":
         judgments = _read_json(args.file, "judgment file")
         judged = engine.replace_evaluation_judgments(args.case_id, args.expected_version, judgments)
         if args.json:
-            _emit_json(judged.to_dict())
+            _emit_json(to_json(judged))
         else:
             out.print(f"case {args.case_id}: judgments version {judged.version} ({len(judged.judgments)} judgments)")
     elif action == "review":
         case = service.mark_reviewed(args.case_id, args.expected_version)
-        _emit_json(case.to_dict()) if args.json else out.print(f"case {case.case_id} reviewed")
+        _emit_json(to_json(case)) if args.json else out.print(f"case {case.case_id} reviewed")
     elif action == "report":
         report = engine.evaluation_report(args.project, args.cases)
         if args.json:
-            _emit_json(report.to_dict())
+            _emit_json(to_json(report))
         else:
             for item in report_tables(report):
                 out.print(item)
@@ -249,7 +248,7 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
             service, _workspace(engine, home), args.folder, args.project, split=args.split, reviewed=args.reviewed
         )
         if args.json:
-            _emit_json(beir.to_dict())
+            _emit_json(to_json(beir))
         else:
             out.print(f"imported {beir.created} cases ({beir.resumed} resumed) into project {beir.project_id}")
             for item in report_tables(beir.report):

@@ -10,7 +10,8 @@ from rich.table import Table
 
 from memory_core.retrieval.pipeline import SELECTED
 from memory_core.runs.records import RunDetail, RunPage
-from memory_core.services.engine import Activation, ProjectInfo
+from memory_core.services.activation import Activation
+from memory_core.services.engine import ProjectInfo
 from memory_core.services.indexing import IndexReport
 from memory_core.services.local_storage import ProjectStorage
 

@@ -1,4 +1,13 @@
-"""JSON wire format for CLI ``--json`` output (and later the daemon): one private converter."""
+"""The CLI's JSON wire format: every ``--json`` document (``memcore runs``, ``memcore eval``,
+``memcore index``, ``memcore activate`` ...) goes through the one converter made here.
+
+Values are written as their fields (as the core's ``plain`` writes them); the hooks below are the
+places a CLI document differs from a value's fields, each said once: a candidate flattens its
+unit, a case says whether it is reviewed, a judgment names its one target, a judgment set shows
+its version and judgments, a case detail calls its missed evidence ``missed_evidence`` and a BEIR
+import counts its cases. The daemon's HTTP documents have their own converter
+(``entrypoints/daemon/api``): they differ (a case detail there carries the corpus and history).
+"""
 
 from __future__ import annotations
 
@@ -6,19 +15,45 @@ import enum
 from typing import Any
 
 import cattrs
+from cattrs.gen import make_dict_unstructure_fn, override
 
+from memory_core.domain.canonical import plain
 from memory_core.domain.model import Generation, Project
-from memory_core.retrieval.activation_state import ActivationState
+from memory_core.evaluation.cases import Case, CaseDetail, Judgment, JudgmentSet
 from memory_core.retrieval.pipeline import Candidate
-from memory_core.services.engine import ActivationResponse, ProjectInfo
+from memory_core.services.activation import ActivationResponse
+from memory_core.services.beir_import import BeirImportResult
+from memory_core.services.engine import ProjectInfo
 from memory_core.services.indexing import IndexReport
 
 
 def make_converter() -> cattrs.Converter:
     conv = cattrs.Converter()
     conv.register_unstructure_hook(enum.Enum, lambda e: e.value)
-    conv.register_unstructure_hook(ActivationState, lambda s: s.to_json())
     conv.register_unstructure_hook(tuple, lambda t: [conv.unstructure(x) for x in t])
+    case_fields = make_dict_unstructure_fn(Case, conv)
+
+    def case(c: Case) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in case_fields(c).items():
+            out[key] = value
+            if key == "reviewed_version":  # where the CLI has always shown it
+                out["reviewed"] = c.reviewed
+        return out
+
+    conv.register_unstructure_hook(Case, case)
+    conv.register_unstructure_hook(Judgment, plain)  # one target, a note only when given (OMIT_NONE)
+    conv.register_unstructure_hook(
+        JudgmentSet,
+        make_dict_unstructure_fn(JudgmentSet, conv, case_id=override(omit=True), created_at=override(omit=True)),
+    )
+    conv.register_unstructure_hook(
+        CaseDetail, make_dict_unstructure_fn(CaseDetail, conv, missed=override(rename="missed_evidence"))
+    )
+    conv.register_unstructure_hook(
+        BeirImportResult,
+        make_dict_unstructure_fn(BeirImportResult, conv, case_ids=override(rename="cases", unstruct_hook=len)),
+    )
     conv.register_unstructure_hook(
         Candidate,
         lambda c: {
@@ -67,7 +102,7 @@ def candidates_to_json(candidates: tuple[Candidate, ...]) -> list[dict[str, Any]
 
 
 def to_json(value: Any) -> Any:
-    """Any attrs value of the engine's API (Run pages and details, reports) as plain JSON."""
+    """Any value of the engine's API (Run pages and details, cases, reports, replays) as JSON."""
     return _converter.unstructure(value)
 
 

@@ -203,14 +203,14 @@ def _require_checkout(default: Path) -> None:
 
 def _generate(output: Path | None, *, check: bool) -> int:
     from memory_core.entrypoints.daemon import openapi
-    from memory_core.entrypoints.mcp import server as mcp_server
+    from memory_core.entrypoints.mcp import tools as mcp_tools
 
     if output is None:
         _require_checkout(openapi.default_path())
     # (path, is it current, write it)
     targets = [(output or openapi.default_path(), openapi.is_current, openapi.write)]
     if output is None:
-        targets += mcp_server.schema_targets()  # one contract per MCP tool
+        targets += mcp_tools.schema_targets()  # one contract per MCP tool
     if check:
         stale = [path for path, current, _ in targets if not current(path)]
         for path in stale:

@@ -8,23 +8,60 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from memory_core.domain.errors import MemoryCoreError
 from memory_core.domain.model import Source
 from memory_core.entrypoints.daemon import api, dispatch, paths
 from memory_core.evaluation.cases import Case, Judgment, JudgmentSet, parse_judgments
 from memory_core.evaluation.fixture import ImportResult, parse_document
-from memory_core.retrieval.activation_state import ActivationState
 from memory_core.runs.records import ClearReport, RunDetail, RunFilter, RunPage
-from memory_core.services.engine import ActivationResponse, ProjectInfo
+from memory_core.services.activation import ActivationResponse
+from memory_core.services.engine import ProjectInfo
 from memory_core.services.indexing import IndexReport
 from memory_core.services.local_storage import ProjectRemoval, ProjectStorage
 
 CONNECT_TIMEOUT_S = 5.0
 PROBE_TIMEOUT_S = 5.0
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Remote(Generic[P, R]):
+    """A daemon method as a client method: called with its request type's fields (positionally
+    or by name), it sends the request and returns the decoded response. Typed from the request
+    type's constructor, so mypy checks every call; the name is the attribute's."""
+
+    def __init__(self, request: Callable[P, Any], response: type[R]) -> None:
+        self.request = request
+        self.response = response
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __call__(self, client: DaemonClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return client.call(self.name, self.request(*args, **kwargs))  # type: ignore[no-any-return]
+
+    @overload
+    def __get__(self, client: None, owner: type) -> Remote[P, R]: ...
+
+    @overload
+    def __get__(self, client: DaemonClient, owner: type) -> Callable[P, R]: ...
+
+    def __get__(self, client: DaemonClient | None, owner: type) -> Any:
+        if client is None:
+            return self
+
+        def bound(*args: P.args, **kwargs: P.kwargs) -> R:
+            return self(client, *args, **kwargs)
+
+        bound.__name__ = bound.__qualname__ = self.name
+        return bound
 
 
 class DaemonClient:
@@ -107,9 +144,23 @@ class DaemonClient:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    # -- typed methods (one per dispatch entry) ----------------------------------------------
-    def runtime_status(self) -> api.RuntimeStatus:
-        return self.call("runtime_status", api.RuntimeStatusRequest())  # type: ignore[no-any-return]
+    # -- typed methods: the dispatch table's, each called with its request type's fields ---------
+    # ``Remote`` where the call is mechanical; a def where the client adapts its arguments or
+    # answer. ``_of_the_table`` (below) checks each against the table and derives any missing.
+    runtime_status = Remote(api.RuntimeStatusRequest, api.RuntimeStatus)
+    show_project = Remote(api.ShowProjectRequest, ProjectInfo)
+    remove_project = Remote(api.RemoveProjectRequest, ProjectRemoval)
+    show_project_storage = Remote(api.ShowProjectStorageRequest, ProjectStorage)
+    clear_project_storage = Remote(api.ClearProjectStorageRequest, ProjectStorage)
+    index_project = Remote(api.IndexProjectRequest, IndexReport)
+    activate_memory = Remote(api.ActivateMemoryRequest, ActivationResponse)
+    get_retrieval_run = Remote(api.GetRetrievalRunRequest, RunDetail)
+    # Clear History of one project, or of every project with ``all=True``.
+    clear_retrieval_runs = Remote(api.ClearRetrievalRunsRequest, ClearReport)
+    create_evaluation_case = Remote(api.CreateEvaluationCaseRequest, Case)
+    get_evaluation_case = Remote(api.GetEvaluationCaseRequest, api.EvaluationCaseDetail)
+    search_corpus_resources = Remote(api.SearchCorpusResourcesRequest, api.CorpusResourcePage)
+    mark_evaluation_reviewed = Remote(api.MarkEvaluationReviewedRequest, Case)
 
     def add_project(self, project_id: str, sources: Sequence[Source]) -> ProjectInfo:
         return self.call("add_project", api.AddProjectRequest(project_id, tuple(sources)))  # type: ignore[no-any-return]
@@ -117,36 +168,9 @@ class DaemonClient:
     def list_projects(self) -> list[ProjectInfo]:
         return list(self.call("list_projects", api.ListProjectsRequest()).projects)
 
-    def show_project(self, project_id: str) -> ProjectInfo:
-        return self.call("show_project", api.ShowProjectRequest(project_id))  # type: ignore[no-any-return]
-
-    def remove_project(self, project_id: str, *, purge: bool = False) -> ProjectRemoval:
-        return self.call("remove_project", api.RemoveProjectRequest(project_id, purge))  # type: ignore[no-any-return]
-
-    def show_project_storage(self, project_id: str) -> ProjectStorage:
-        return self.call("show_project_storage", api.ShowProjectStorageRequest(project_id))  # type: ignore[no-any-return]
-
     def move_project_storage(self, project_id: str, destination: str | os.PathLike[str]) -> ProjectStorage:
         request = api.MoveProjectStorageRequest(project_id, os.fspath(destination))
         return self.call("move_project_storage", request)  # type: ignore[no-any-return]
-
-    def clear_project_storage(self, project_id: str) -> ProjectStorage:
-        return self.call("clear_project_storage", api.ClearProjectStorageRequest(project_id))  # type: ignore[no-any-return]
-
-    def index_project(self, project_id: str, *, force: bool = False) -> IndexReport:
-        return self.call("index_project", api.IndexProjectRequest(project_id, force))  # type: ignore[no-any-return]
-
-    def activate_memory(
-        self,
-        project_id: str,
-        query: str,
-        *,
-        budget: int | None = None,
-        activation_state: ActivationState | None = None,
-        wait_for_index_ms: int = 0,
-    ) -> ActivationResponse:
-        request = api.ActivateMemoryRequest(project_id, query, budget, activation_state, wait_for_index_ms)
-        return self.call("activate_memory", request)  # type: ignore[no-any-return]
 
     def list_retrieval_runs(
         self, run_filter: RunFilter | None = None, *, limit: int = 50, cursor: str | None = None
@@ -158,33 +182,12 @@ class DaemonClient:
         )
         return self.call("list_retrieval_runs", request)  # type: ignore[no-any-return]
 
-    def get_retrieval_run(self, run_id: str, *, manifest: bool = False) -> RunDetail:
-        request = api.GetRetrievalRunRequest(run_id, manifest)
-        return self.call("get_retrieval_run", request)  # type: ignore[no-any-return]
-
-    def clear_retrieval_runs(self, project_id: str | None = None, *, all: bool = False) -> ClearReport:
-        """Clear History of one project, or of every project with ``all=True``."""
-        request = api.ClearRetrievalRunsRequest(project_id, all)
-        return self.call("clear_retrieval_runs", request)  # type: ignore[no-any-return]
-
     # -- Evaluation Sets ---------------------------------------------------------------------
-    def create_evaluation_case(self, run_id: str) -> Case:
-        return self.call("create_evaluation_case", api.CreateEvaluationCaseRequest(run_id))  # type: ignore[no-any-return]
-
     def list_evaluation_cases(
         self, project_id: str | None = None, case_ids: Iterable[str] | None = None
     ) -> list[Case]:
-        request = api.ListEvaluationCasesRequest(project_id, None if case_ids is None else tuple(case_ids))
+        request = api.ListEvaluationCasesRequest(project_id, _ids(case_ids))
         return list(self.call("list_evaluation_cases", request).cases)
-
-    def get_evaluation_case(self, case_id: str) -> api.EvaluationCaseDetail:
-        return self.call("get_evaluation_case", api.GetEvaluationCaseRequest(case_id))  # type: ignore[no-any-return]
-
-    def search_corpus_resources(
-        self, case_id: str, text: str | None = None, *, limit: int = 20, cursor: str | None = None
-    ) -> api.CorpusResourcePage:
-        request = api.SearchCorpusResourcesRequest(case_id, text, limit, cursor)
-        return self.call("search_corpus_resources", request)  # type: ignore[no-any-return]
 
     def replace_evaluation_judgments(
         self, case_id: str, expected_judgment_version: int, judgments: object
@@ -197,14 +200,10 @@ class DaemonClient:
         )
         return self.call("replace_evaluation_judgments", request)  # type: ignore[no-any-return]
 
-    def mark_evaluation_reviewed(self, case_id: str, expected_judgment_version: int, reviewed: bool = True) -> Case:
-        request = api.MarkEvaluationReviewedRequest(case_id, expected_judgment_version, reviewed)
-        return self.call("mark_evaluation_reviewed", request)  # type: ignore[no-any-return]
-
     def evaluation_report(
         self, project_id: str | None = None, case_ids: Iterable[str] | None = None
     ) -> api.EvaluationReport:
-        request = api.EvaluationReportRequest(project_id, None if case_ids is None else tuple(case_ids))
+        request = api.EvaluationReportRequest(project_id, _ids(case_ids))
         return self.call("evaluation_report", request)  # type: ignore[no-any-return]
 
     def export_evaluation_set(
@@ -216,9 +215,7 @@ class DaemonClient:
         with_uris: bool = False,
     ) -> api.EvaluationFixture:
         """The fixture document; ``.to_bytes()`` is the file an embedded export writes."""
-        request = api.ExportEvaluationSetRequest(
-            project_id, None if case_ids is None else tuple(case_ids), with_history, with_uris
-        )
+        request = api.ExportEvaluationSetRequest(project_id, _ids(case_ids), with_history, with_uris)
         return self.call("export_evaluation_set", request)  # type: ignore[no-any-return]
 
     def import_evaluation_set(self, fixture: bytes | str | Mapping[str, Any] | api.EvaluationFixture) -> ImportResult:
@@ -228,6 +225,29 @@ class DaemonClient:
             fixture = parse_document(fixture)
         document = fixture if isinstance(fixture, api.EvaluationFixture) else api.EvaluationFixture(dict(fixture))
         return self.call("import_evaluation_set", api.ImportEvaluationSetRequest(document))  # type: ignore[no-any-return]
+
+
+def _ids(case_ids: Iterable[str] | None) -> tuple[str, ...] | None:
+    return None if case_ids is None else tuple(case_ids)
+
+
+def _of_the_table(cls: type[DaemonClient]) -> None:
+    """Hold the client to the dispatch table, the one list of methods: a ``Remote`` must name an
+    entry with its request and response types, a def must name an entry, and an entry the class
+    does not spell out becomes a ``Remote`` of its types (callable at once; untyped until declared)."""
+    for name, member in vars(cls).items():
+        if isinstance(member, Remote):
+            method = dispatch.lookup(name)
+            if (member.request, member.response) != (method.request, method.response):
+                raise TypeError(f"DaemonClient.{name} disagrees with the dispatch table's {name}")
+    for method in dispatch.METHODS:
+        if method.name not in vars(cls):
+            remote: Remote[..., Any] = Remote(method.request, method.response)
+            remote.__set_name__(cls, method.name)
+            setattr(cls, method.name, remote)
+
+
+_of_the_table(DaemonClient)
 
 
 def _error_from(body: Any, status: int) -> MemoryCoreError:

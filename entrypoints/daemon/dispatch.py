@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,25 +15,7 @@ from typing import Any
 import attrs
 
 from memory_core.adapters.files.watcher import Watcher
-from memory_core.domain.errors import (
-    BlobCorrupted,
-    BlobNotFound,
-    EmptyProject,
-    GenerationCorrupted,
-    InvalidActivationState,
-    InvalidBudget,
-    InvalidProjectName,
-    InvalidQuery,
-    InvalidRequest,
-    InvalidStorageLocation,
-    MemoryCoreError,
-    ProjectExists,
-    ProjectNotFound,
-    ProjectNotIndexed,
-    RetrievalFailed,
-    RunNotFound,
-    SourceUnavailable,
-)
+from memory_core.domain import errors as err
 from memory_core.domain.evaluation_errors import (
     EvaluationCaseNotFound,
     EvaluationCorpusIncomplete,
@@ -50,7 +31,9 @@ from memory_core.entrypoints.daemon import api
 from memory_core.evaluation.cases import Case, JudgmentSet
 from memory_core.evaluation.fixture import ImportResult
 from memory_core.runs.records import ClearReport, RunDetail, RunFilter, RunPage
-from memory_core.services.engine import ActivationResponse, Engine, ProjectInfo
+from memory_core.services.activation import ActivationResponse
+from memory_core.services.corpus_search import CorpusQuery, search_corpus
+from memory_core.services.engine import Engine, ProjectInfo
 from memory_core.services.indexing import IndexReport
 from memory_core.services.local_storage import ProjectRemoval, ProjectStorage
 
@@ -64,7 +47,7 @@ class Method:
     response: type
     handler: Callable[[Context, Any], Any]
     summary: str
-    errors: tuple[type[MemoryCoreError], ...] = ()  # typical errors, for the contract
+    errors: tuple[type[err.MemoryCoreError], ...] = ()  # typical errors, for the contract
     allow_get: bool = False  # read-only and input-free: ``curl`` without ``-X POST`` works too
     # False: the handler takes the engine lock itself (``Context.engine_held``) if at all: process
     # state answers even while the engine is busy, and a wait need not hold the lock.
@@ -137,11 +120,11 @@ def runtime_status(ctx: Context, _: api.RuntimeStatusRequest) -> api.RuntimeStat
 
 def add_project(ctx: Context, req: api.AddProjectRequest) -> ProjectInfo:
     if not req.sources:
-        raise InvalidRequest("a project needs at least one source")
+        raise err.InvalidRequest("a project needs at least one source")
     for source in req.sources:
         # The daemon's working directory is not the caller's: a relative path would be wrong.
         if not os.path.isabs(source.path):
-            raise InvalidRequest(f"source path {source.path!r} must be absolute", path=source.path)
+            raise err.InvalidRequest(f"source path {source.path!r} must be absolute", path=source.path)
     project = ctx.engine.add_project(req.project_id, req.sources)
     if ctx.watcher is not None:
         ctx.watcher.project_added(project)
@@ -185,7 +168,7 @@ def _no_reindex(ctx: Context, project_id: str) -> Iterator[None]:
 def move_project_storage(ctx: Context, req: api.MoveProjectStorageRequest) -> ProjectStorage:
     # The daemon's working directory is not the caller's: a relative path would be wrong.
     if not os.path.isabs(req.destination):
-        raise InvalidStorageLocation(
+        raise err.InvalidStorageLocation(
             f"destination {req.destination!r} must be absolute", destination=req.destination, reason="not_absolute"
         )
     with _no_reindex(ctx, req.project_id):
@@ -208,7 +191,7 @@ def index_project(ctx: Context, req: api.IndexProjectRequest) -> IndexReport:
 
 def activate_memory(ctx: Context, req: api.ActivateMemoryRequest) -> ActivationResponse:
     if not 0 <= req.wait_for_index_ms <= api.MAX_WAIT_FOR_INDEX_MS:
-        raise InvalidRequest(
+        raise err.InvalidRequest(
             f"wait_for_index_ms must be an integer from 0 to {api.MAX_WAIT_FOR_INDEX_MS}",
             wait_for_index_ms=req.wait_for_index_ms,
         )
@@ -229,7 +212,7 @@ def _instant(value: str | None, field: str) -> str | None:
         parsed = dt.datetime.fromisoformat(value.strip())
     except ValueError:
         message = f"{field} must be an ISO-8601 date or date-time, not {value!r}"
-        raise InvalidRequest(message, **{field: value}) from None
+        raise err.InvalidRequest(message, **{field: value}) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.UTC)
     return parsed.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -253,15 +236,11 @@ def get_retrieval_run(ctx: Context, req: api.GetRetrievalRunRequest) -> RunDetai
 def clear_retrieval_runs(ctx: Context, req: api.ClearRetrievalRunsRequest) -> ClearReport:
     # Exactly one scope: an empty body must never mean "delete everything".
     if (req.project_id is None) == (not req.all):
-        raise InvalidRequest("give exactly one of project_id or all: true", project_id=req.project_id, all=req.all)
+        raise err.InvalidRequest("give exactly one of project_id or all: true", project_id=req.project_id, all=req.all)
     return ctx.engine.clear_runs(req.project_id)
 
 
 # -- Evaluation Sets --------------------------------------------------------------------------
-SEARCH_SCAN_BYTES = 32 << 20  # corpus bodies read per search call at most; the cursor resumes
-SNIPPET_CHARS = 80  # either side of the first match
-
-
 def create_evaluation_case(ctx: Context, req: api.CreateEvaluationCaseRequest) -> Case:
     return ctx.engine.create_evaluation_case(req.run_id)
 
@@ -285,61 +264,10 @@ def get_evaluation_case(ctx: Context, req: api.GetEvaluationCaseRequest) -> api.
     )
 
 
-def _corpus_cursor(cursor: str | None, size: int) -> int:
-    if cursor is None:
-        return 0
-    if not cursor.isascii() or not cursor.isdigit() or int(cursor) > size:
-        raise InvalidRequest(f"invalid cursor {cursor!r}: pass next_cursor of the previous page", cursor=cursor)
-    return int(cursor)
-
-
-def _snippet(body: str, start: int, end: int) -> str:
-    lo, hi = max(0, start - SNIPPET_CHARS), min(len(body), end + SNIPPET_CHARS)
-    text = " ".join(body[lo:hi].split())
-    return ("…" if lo > 0 else "") + text + ("…" if hi < len(body) else "")
-
-
 def search_corpus_resources(ctx: Context, req: api.SearchCorpusResourcesRequest) -> api.CorpusResourcePage:
-    """The missed-evidence picker: bodies are read (verified) from the blob store, at most
-    ``SEARCH_SCAN_BYTES`` a call, so a call stays bounded on any corpus."""
-    if not 1 <= req.limit <= api.MAX_CORPUS_PAGE:
-        raise InvalidRequest(f"limit must be an integer from 1 to {api.MAX_CORPUS_PAGE}", limit=req.limit)
-    if req.text is not None and len(req.text) > api.MAX_SEARCH_CHARS:
-        raise InvalidRequest(f"text is longer than {api.MAX_SEARCH_CHARS} characters")
     service = ctx.engine.evaluations()
-    case = service.get_case(req.case_id)
-    resources = service.get_corpus(case.corpus_id).resources
-    position = _corpus_cursor(req.cursor, len(resources))
-    candidates = service.get_trace(req.case_id).candidates
-    retrieved = {c.resource_id for c in candidates}
-    selected = {c.resource_id for c in candidates if c.disposition == "selected"}
-    pattern = re.compile(re.escape(req.text), re.IGNORECASE) if req.text else None
-    found: list[api.CorpusResourceMatch] = []
-    scanned = 0
-    while position < len(resources) and len(found) < req.limit and scanned < SEARCH_SCAN_BYTES:
-        entry = resources[position]
-        position += 1
-        matched_in: str | None = None
-        snippet: str | None = None
-        if pattern is not None:
-            if pattern.search(entry.resource_id):
-                matched_in = "resource_id"
-            else:
-                body = service.blobs.get(entry.resource_hash).decode("utf-8", errors="replace")
-                scanned += entry.byte_size
-                hit = pattern.search(body)
-                if hit is None:
-                    continue
-                matched_in, snippet = "body", _snippet(body, hit.start(), hit.end())
-        rid = entry.resource_id
-        found.append(api.CorpusResourceMatch(entry, matched_in, snippet, rid in retrieved, rid in selected))
-    return api.CorpusResourcePage(
-        case_id=case.case_id,
-        corpus_id=case.corpus_id,
-        total_resources=len(resources),
-        resources=tuple(found),
-        next_cursor=str(position) if position < len(resources) else None,
-    )
+    query = CorpusQuery(req.case_id, req.text, req.limit, req.cursor)
+    return search_corpus(service.store, service.blobs, query)
 
 
 def replace_evaluation_judgments(ctx: Context, req: api.ReplaceEvaluationJudgmentsRequest) -> JudgmentSet:
@@ -370,50 +298,51 @@ def import_evaluation_set(ctx: Context, req: api.ImportEvaluationSetRequest) -> 
     return ctx.engine.import_evaluation_set(req.fixture.document)
 
 
-_BLOBS = (BlobNotFound, BlobCorrupted)
+_BLOBS = (err.BlobNotFound, err.BlobCorrupted)
 METHODS: tuple[Method, ...] = (
     Method("runtime_status", api.RuntimeStatusRequest, api.RuntimeStatus, runtime_status,
            "The daemon's version, pid, home, socket, uptime and load; answers even while indexing.",
            allow_get=True, uses_engine=False),
     Method("add_project", api.AddProjectRequest, ProjectInfo, add_project,
-           "Add a project with ordered sources.", (InvalidProjectName, ProjectExists)),
+           "Add a project with ordered sources.", (err.InvalidProjectName, err.ProjectExists)),
     Method("list_projects", api.ListProjectsRequest, api.ProjectList, list_projects,
            "Every project with its current commit generation.", allow_get=True),
     Method("show_project", api.ShowProjectRequest, ProjectInfo, show_project,
-           "One project with its current commit generation.", (ProjectNotFound,)),
+           "One project with its current commit generation.", (err.ProjectNotFound,)),
     Method("remove_project", api.RemoveProjectRequest, ProjectRemoval, remove_project,
            "Remove a project, its unpinned Runs and its Project Local Storage; its Evaluation Cases and their "
            "pinned Runs stay unless purge: true. Unreferenced blobs are collected as Clear History does.",
-           (ProjectNotFound,)),
+           (err.ProjectNotFound,)),
     Method("show_project_storage", api.ShowProjectStorageRequest, ProjectStorage, show_project_storage,
            "Where a project's Local Storage is, its size and its generations (current, previous, unreferenced).",
-           (ProjectNotFound,)),
+           (err.ProjectNotFound,)),
     Method("move_project_storage", api.MoveProjectStorageRequest, ProjectStorage, move_project_storage,
            "Move a project's generations to an empty or new directory (made owner-only) and record it; a failure "
            "leaves the old location serving. Runs, Cases and blobs are not touched.",
-           (ProjectNotFound, InvalidStorageLocation, GenerationCorrupted)),
+           (err.ProjectNotFound, err.InvalidStorageLocation, err.GenerationCorrupted)),
     Method("clear_project_storage", api.ClearProjectStorageRequest, ProjectStorage, clear_project_storage,
            "Delete a project's generations; the next index_project rebuilds them, and until then activate_memory "
-           "answers project_not_indexed (a failed Run). Runs, Cases and blobs are not touched.", (ProjectNotFound,)),
+           "answers project_not_indexed (a failed Run). Runs, Cases and blobs are not touched.",
+           (err.ProjectNotFound,)),
     Method("index_project", api.IndexProjectRequest, IndexReport, index_project,
            "Build the project's commit generation (a no-op when nothing changed); in the daemon it runs "
            "beside activations, which serve the current generation until the new one is published.",
-           (ProjectNotFound, SourceUnavailable, EmptyProject), uses_engine=False),
+           (err.ProjectNotFound, err.SourceUnavailable, err.EmptyProject), uses_engine=False),
     Method("activate_memory", api.ActivateMemoryRequest, ActivationResponse, activate_memory,
            "Rank the project's memory for a query and return fragments with their delta.",
-           (InvalidQuery, InvalidBudget, InvalidActivationState, ProjectNotFound, ProjectNotIndexed,
-            RetrievalFailed), uses_engine=False),
+           (err.InvalidQuery, err.InvalidBudget, err.InvalidActivationState, err.ProjectNotFound, err.ProjectNotIndexed,
+            err.RetrievalFailed), uses_engine=False),
     Method("list_retrieval_runs", api.ListRetrievalRunsRequest, RunPage, list_retrieval_runs,
            "Recorded Retrieval Runs, newest first, filtered and paged (keyset cursor).", allow_get=True),
     Method("get_retrieval_run", api.GetRetrievalRunRequest, RunDetail, get_retrieval_run,
            "One Retrieval Run with its full trace: revisions, stage latencies, every candidate.",
-           (RunNotFound,)),
+           (err.RunNotFound,)),
     Method("clear_retrieval_runs", api.ClearRetrievalRunsRequest, ClearReport, clear_retrieval_runs,
            "Clear History: delete unpinned Runs of one project or of all, then unreferenced blobs.",
-           (ProjectNotFound,)),
+           (err.ProjectNotFound,)),
     Method("create_evaluation_case", api.CreateEvaluationCaseRequest, Case, create_evaluation_case,
            "Freeze a succeeded Run as an Evaluation Case (corpus, trace) and pin the Run.",
-           (RunNotFound, EvaluationRunNotSucceeded, EvaluationCorpusIncomplete)),
+           (err.RunNotFound, EvaluationRunNotSucceeded, EvaluationCorpusIncomplete)),
     Method("list_evaluation_cases", api.ListEvaluationCasesRequest, api.EvaluationCaseList, list_evaluation_cases,
            "Evaluation Cases, oldest first: all, a project's, or the chosen ones.", (EvaluationCaseNotFound,),
            allow_get=True),

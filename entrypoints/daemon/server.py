@@ -14,7 +14,7 @@ The Diagnostics UI (``memory_core.entrypoints.ui``) is a second listener of the 
 
 The source watcher (``memory_core.adapters.files.watcher``) follows every project's sources and
 re-indexes changed ones on its own worker, with its own database connections
-(``_background_indexer``), so activations keep serving the current generation meanwhile; the
+(``background.background_indexer``), so activations keep serving the current generation meanwhile; the
 engine's live Effective Memory is the watcher's cache (``WatchedMemory``). ``watch=False``
 (``memcore serve --no-watch``) leaves sources unwatched; indexing still runs on that worker.
 """
@@ -23,33 +23,27 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import fcntl
 import json
 import logging
 import os
 import signal
 import socket
-import stat
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
-
-from memory_core.domain.errors import InvalidRequest, MemoryCoreError, StorageUnavailable
-from memory_core.entrypoints.daemon import api, paths
+from memory_core.domain.errors import InvalidRequest, MemoryCoreError
+from memory_core.entrypoints.daemon import paths
+from memory_core.entrypoints.daemon.background import drain, recover_interrupted_runs, start_watcher, warm_up
 from memory_core.entrypoints.daemon.cli import add_serve_arguments, serve_options
 from memory_core.entrypoints.daemon.dispatch import Context
+from memory_core.entrypoints.daemon.idle import DEFAULT_IDLE_EXIT_S, IdleClock
+from memory_core.entrypoints.daemon.sockets import DaemonLock, bind_socket, bind_ui_socket, remove_socket
 from memory_core.services.engine import Engine
 
 log = logging.getLogger("memory_core.daemon")
-BACKLOG = 128
-UI_HOST = "127.0.0.1"  # loopback only: never another interface
-DRAIN_TIMEOUT_S = 30.0
-DEFAULT_IDLE_EXIT_S = 600.0  # an on-demand daemon's idle time before it stops (10 minutes)
 
 
 # -- logs -------------------------------------------------------------------------------------
@@ -77,296 +71,6 @@ def configure_logging(level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-
-
-# -- one daemon per home ----------------------------------------------------------------------
-class DaemonLock:
-    """An exclusive ``flock`` on ``<home>/run/daemon.lock``, released when the process ends
-    (even on SIGKILL), so a stale file never blocks a new daemon."""
-
-    def __init__(self, home: Path) -> None:
-        self.path = paths.lock_path(home)
-        self._fd: int | None = None
-
-    def acquire(self, home: Path) -> None:
-        paths.ensure_private_dir(self.path.parent)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            info = paths.read_info(home)
-            pid = info.pid if info else None
-            where = f" on {info.socket}" if info else ""
-            raise api.DaemonAlreadyRunning(
-                f"a memcore daemon is already running for home {str(home)!r} (pid {pid}){where}",
-                pid=pid,
-                socket=info.socket if info else None,
-            ) from None
-        self._fd = fd
-
-    def record(self, info: paths.DaemonInfo) -> None:
-        assert self._fd is not None
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, info.to_json().encode(), 0)
-        os.fsync(self._fd)
-
-    def release(self) -> None:
-        if self._fd is None:
-            return
-        # Emptied, not removed: unlinking a lock file races with a daemon opening it.
-        os.ftruncate(self._fd, 0)
-        os.close(self._fd)
-        self._fd = None
-
-
-# -- the socket -------------------------------------------------------------------------------
-def _answers(path: Path) -> bool:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(os.fspath(path))
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
-
-
-def bind_socket(path: Path, *, private_parent: bool) -> socket.socket:
-    """A listening socket at ``path``, mode 0600; a stale socket file is replaced, a live one
-    (another home's daemon on a shared ``--socket``) is not."""
-    if private_parent:
-        paths.ensure_private_dir(path.parent)
-    elif stat.S_IMODE(os.stat(path.parent).st_mode) & 0o077:
-        # An existing directory the user chose: not ours to chmod; the socket itself is 0600.
-        log.warning("socket directory is open to other users", extra={"fields": {"dir": str(path.parent)}})
-    if os.path.lexists(path):
-        if not stat.S_ISSOCK(os.lstat(path).st_mode):
-            raise StorageUnavailable(f"{str(path)!r} exists and is not a socket", path=str(path))
-        if _answers(path):
-            raise api.DaemonAlreadyRunning(f"another daemon already answers on {str(path)!r}", socket=str(path))
-        os.unlink(path)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)  # the socket is born 0600: no window where others may connect
-    try:
-        sock.bind(os.fspath(path))
-    except OSError as exc:
-        sock.close()
-        raise StorageUnavailable(f"cannot bind {str(path)!r}: {exc.strerror or exc}", path=str(path)) from exc
-    finally:
-        os.umask(old)
-    os.chmod(path, paths.SOCKET_MODE)
-    sock.listen(BACKLOG)
-    return sock
-
-
-def bind_ui_socket(port: int) -> socket.socket:
-    """A listening TCP socket on 127.0.0.1:``port`` (0: a free port)."""
-    if not 0 <= port <= 65535:
-        raise InvalidRequest(f"the UI port must be 0-65535, got {port}", port=port)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait out TIME_WAIT
-    try:
-        sock.bind((UI_HOST, port))
-    except OSError as exc:
-        sock.close()
-        raise InvalidRequest(
-            f"cannot listen on {UI_HOST}:{port} for the UI: {exc.strerror or exc}; "
-            "choose another --ui-port (0 picks a free one)",
-            port=port,
-        ) from exc
-    sock.listen(BACKLOG)
-    return sock
-
-
-def _remove_socket(path: Path, inode: int) -> None:
-    try:
-        if os.lstat(path).st_ino == inode:  # never remove a socket another daemon bound since
-            os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _warm(context: Context) -> None:
-    """Load the embedding model before the first query when some project can be queried."""
-    engine = context.engine
-    try:
-        with context.engine_lock:  # the catalog is used from one thread at a time
-            queryable = any(info.generation is not None for info in engine.list_projects())
-        if queryable:
-            engine.embedder.embed_query("warm-up")  # the embedder has its own load lock
-            log.info("warm", extra={"fields": {"embedder": engine.embedder.revision}})
-    except Exception:
-        log.exception("warm-up failed; the first query will load the model")
-
-
-def _background_indexer(engine: Engine, root: Path) -> tuple[Any, Callable[[], None]]:
-    """The engine's indexer with its own catalog, hash cache and embedding-cache connections, for
-    the watcher's worker thread (an apsw connection refuses two threads at once), and a closer.
-
-    Models, blob store, generation store and Run store are shared: each is safe across threads.
-    An engine of other parts (``engine_factory``) is indexed under the engine lock instead."""
-    from memory_core.adapters.files.filesystem_sources import FileSystemScanner
-    from memory_core.adapters.sqlite.catalog import SqliteCatalog
-    from memory_core.adapters.sqlite.database import open_database
-    from memory_core.adapters.sqlite.embedding_cache import SqliteEmbeddingCache
-    from memory_core.adapters.system.home import HomeLayout
-
-    indexer = engine.indexer
-    if not isinstance(indexer.catalog, SqliteCatalog) or not isinstance(indexer.scanner, FileSystemScanner):
-        return None, lambda: None
-    catalog = SqliteCatalog(open_database(HomeLayout.at(root).db_path))
-    parts: dict[str, Any] = {
-        "catalog": catalog,
-        "manifests": catalog,
-        "scanner": FileSystemScanner(hash_cache=catalog, max_bytes=indexer.scanner.max_bytes),
-    }
-    cache = indexer.embedding_cache
-    if isinstance(cache, SqliteEmbeddingCache):
-        parts["embedding_cache"] = SqliteEmbeddingCache(cache.path)
-
-    def close() -> None:
-        catalog.close()
-        if "embedding_cache" in parts:
-            parts["embedding_cache"].close()
-
-    return attrs.evolve(indexer, **parts), close
-
-
-class _LockedIndexer:
-    """An engine indexed under the daemon's engine lock (an engine of unknown parts)."""
-
-    def __init__(self, context: Context) -> None:
-        self.context = context
-        self.catalog = _LockedCatalog(context)
-
-    def index(self, project_id: str, **kwargs: Any) -> Any:
-        with self.context.engine_lock:
-            return self.context.engine.index(project_id, **kwargs)
-
-
-class _LockedCatalog:
-    def __init__(self, context: Context) -> None:
-        self.context = context
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self.context.engine.catalog, name)
-
-        def locked(*args: Any, **kwargs: Any) -> Any:
-            with self.context.engine_lock:
-                return method(*args, **kwargs)
-
-        return locked
-
-
-def start_watcher(context: Context, root: Path, *, watch: bool = True) -> Callable[[], None]:
-    """Start the re-index worker (and, with ``watch``, the source watches) for the context's
-    engine; wire its cache in as the engine's live memory. Returns the function that stops it."""
-    from memory_core.adapters.files.watcher import WatchedMemory, Watcher
-
-    engine = context.engine
-    indexer, close_indexer = _background_indexer(engine, root)
-    watcher = Watcher(indexer if indexer is not None else _LockedIndexer(context), watch=watch)
-    if watch and engine.live_memory is not None:
-        engine.live_memory = WatchedMemory(watcher, engine.live_memory)
-    context.watcher = watcher
-    watcher.start()
-
-    def stop() -> None:
-        watcher.close()
-        close_indexer()
-
-    return stop
-
-
-def recover_interrupted_runs(engine: Engine) -> int:
-    """Fail the Runs a process that is gone left ``running`` (a crash, SIGKILL, power loss)."""
-    if engine.history is None:
-        return 0
-    recovered = engine.history.recover_interrupted()
-    log.info("recovered interrupted runs", extra={"fields": {"failed": recovered}})
-    return recovered
-
-
-def _drain(context: Context, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
-    """Wait for the engine call in flight, if any, before the engine closes under it.
-
-    uvicorn normally waits for every request; after a second signal it stops at once, while a
-    worker thread may still be inside an activation: letting it finish records its Run."""
-    if context.engine_lock.acquire(timeout=timeout_s):
-        context.engine_lock.release()
-    else:
-        log.warning("an engine call is still running at shutdown", extra={"fields": {"waited_s": timeout_s}})
-
-
-# -- stopping when idle -----------------------------------------------------------------------
-class IdleClock:
-    """How long the daemon has had nothing to do, and the stop once that reaches ``limit_s``.
-
-    Activity: an HTTP request in flight or begun (counted at the ASGI layer, so every method and
-    the UI's pages count, whatever they do), an engine call, and the watcher's work (a change
-    seen, a re-index queued, running or finished). ``limit_s`` None: never stop."""
-
-    def __init__(self, limit_s: float | None, *, on_demand: bool = False) -> None:
-        self.limit_s = limit_s
-        self.on_demand = on_demand
-        self._lock = threading.Lock()
-        self._active = 0
-        self._last = time.monotonic()
-        self._watcher_seen: Any = None
-        self._stop = threading.Event()
-
-    def touch(self) -> None:
-        with self._lock:
-            self._last = time.monotonic()
-
-    def wrap(self, app: Any) -> Any:
-        """``app`` with every HTTP request counted from its start to its last byte."""
-
-        async def counted(scope: Any, receive: Any, send: Any) -> None:
-            if scope["type"] != "http":
-                await app(scope, receive, send)
-                return
-            with self._lock:
-                self._active += 1
-                self._last = time.monotonic()
-            try:
-                await app(scope, receive, send)
-            finally:
-                with self._lock:
-                    self._active -= 1
-                    self._last = time.monotonic()
-
-        return counted
-
-    def _watcher_busy(self, context: Context) -> bool:
-        """The watcher works, or did something since the last look (a change, a finished re-index)."""
-        if context.watcher is None:
-            return False
-        health = context.watcher.health()
-        seen = [(h.project_id, h.last_change_at, h.last_reindex) for h in health]
-        changed, self._watcher_seen = seen != self._watcher_seen, seen
-        return changed or any(h.indexing or h.reindex_pending for h in health)
-
-    def run(self, context: Context, stop: Callable[[], None]) -> None:
-        """Until :meth:`close`: call ``stop`` once idle for ``limit_s`` (checked a few times per limit)."""
-        if self.limit_s is None:
-            return
-        period = min(1.0, self.limit_s / 10)
-        while not self._stop.wait(period):
-            if self._watcher_busy(context) or context.in_flight:
-                self.touch()
-            with self._lock:
-                idle = 0.0 if self._active else time.monotonic() - self._last
-                if idle < self.limit_s:
-                    continue
-            log.info("idle: stopping", extra={"fields": {"idle_s": round(idle, 3), "idle_exit_s": self.limit_s}})
-            stop()
-            return
-
-    def close(self) -> None:
-        self._stop.set()
 
 
 # -- serve ------------------------------------------------------------------------------------
@@ -429,7 +133,7 @@ def serve(
         lock.record(paths.DaemonInfo(os.getpid(), str(path), started_at))
         stop_watcher = start_watcher(context, root, watch=watch)
         if warm:
-            threading.Thread(target=_warm, args=(context,), name="warm-up", daemon=True).start()
+            threading.Thread(target=warm_up, args=(context,), name="warm-up", daemon=True).start()
         app: Any = create_app(context)
         listeners = [sock]
         http: Any = "auto"
@@ -473,13 +177,13 @@ def serve(
         if stop_watcher is not None:
             stop_watcher()  # a re-index in flight is discarded at its next step, or finishes
         if context is not None:
-            _drain(context)
+            drain(context)
         if engine is not None:
             engine.close()
         if sock is not None:
             sock.close()
         if inode is not None:
-            _remove_socket(path, inode)
+            remove_socket(path, inode)
         lock.release()
         for sig, handler in handlers.items():
             signal.signal(sig, handler)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
+from memory_core.domain.canonical import plain
 from memory_core.entrypoints.daemon.dispatch import Context
 from memory_core.runs.records import SUCCEEDED, RunFilter
 
@@ -55,8 +56,12 @@ def database_facts(db: Path) -> dict[str, Any]:
             version = int(cast(int, conn.execute("PRAGMA user_version").fetchall()[0][0]))
         finally:
             conn.close()
-    return {"path": str(db), "bytes": sum(sizes) if sizes else None, "schema_version": version,
-            "expected_schema_version": expected}
+    return {
+        "path": str(db),
+        "bytes": sum(sizes) if sizes else None,
+        "schema_version": version,
+        "expected_schema_version": expected,
+    }
 
 
 def _model(name: str, component: object, *, weights: bool = True) -> dict[str, Any]:
@@ -67,14 +72,17 @@ def _model(name: str, component: object, *, weights: bool = True) -> dict[str, A
         revision = str(getattr(component, "revision", "")) or None
     except Exception as exc:  # a revision hashes weights; a broken install should not hide the page
         revision = f"unavailable: {exc}"
-    return {"name": name, "kind": type(component).__name__, "revision": revision,
-            "state": "warm" if loaded else ("cold" if loaded is not None else "unknown")}
+    return {
+        "name": name,
+        "kind": type(component).__name__,
+        "revision": revision,
+        "state": "warm" if loaded else ("cold" if loaded is not None else "unknown"),
+    }
 
 
 def engine_facts(context: Context, recent: int = RECENT_RUNS) -> dict[str, Any]:
     """Projects, models and recent latency; call with the engine lock held."""
     engine = context.engine
-    opened = getattr(engine, "_open", {})  # generations kept warm, by project
     projects = []
     for info in engine.list_projects():
         generation = info.generation
@@ -84,17 +92,15 @@ def engine_facts(context: Context, recent: int = RECENT_RUNS) -> dict[str, Any]:
             "generation": None,
         }
         if generation is not None:
-            warm = opened.get(generation.project_id)
             entry["generation"] = {
                 "index_revision": generation.index_revision,
                 "effective_memory_hash": generation.effective_memory_hash,
                 "units": generation.unit_count,
                 "resources": generation.resource_count,
                 "created_at": generation.created_at,
-                "revisions": generation.revisions.to_dict(),
+                "revisions": plain(generation.revisions),
                 "size": tree_size(generation.directory),
-                "state": "warm" if warm is not None and warm.generation.index_revision == generation.index_revision
-                else "cold",
+                "state": "warm" if engine.warm_revision(generation.project_id) == generation.index_revision else "cold",
             }
         projects.append(entry)
     reranker_weights = hasattr(engine.reranker, "loaded") or hasattr(engine.reranker, "model_dir")
@@ -103,16 +109,28 @@ def engine_facts(context: Context, recent: int = RECENT_RUNS) -> dict[str, Any]:
         _model("reranker", engine.reranker, weights=reranker_weights),
     ]
     jvm = sys.modules.get("memory_core.adapters.search.jvm")
-    models.append({"name": "Lucene (JVM)", "kind": "jvm", "revision": None,
-                   "state": "warm" if jvm is not None and jvm.jvm_started() else "cold"})
+    models.append(
+        {
+            "name": "Lucene (JVM)",
+            "kind": "jvm",
+            "revision": None,
+            "state": "warm" if jvm is not None and jvm.jvm_started() else "cold",
+        }
+    )
     latency = []
     if engine.history is not None:
         page = engine.list_runs(RunFilter(status=SUCCEEDED), limit=recent)
         for summary in reversed(page.runs):  # oldest first, as a chart reads
             detail = engine.get_run(summary.run_id)
-            latency.append({"run_id": summary.run_id, "project_id": summary.project_id,
-                            "started_at": summary.started_at, "warm": summary.warm,
-                            "latency_ms": dict(detail.latency_ms)})
+            latency.append(
+                {
+                    "run_id": summary.run_id,
+                    "project_id": summary.project_id,
+                    "started_at": summary.started_at,
+                    "warm": summary.warm,
+                    "latency_ms": dict(detail.latency_ms),
+                }
+            )
     return {"projects": projects, "models": models, "recent_latency": latency}
 
 

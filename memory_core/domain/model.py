@@ -5,11 +5,10 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import attrs
 
-from memory_core.domain.canonical import hash_json, is_utf8_text, printable, sha256_hex
+from memory_core.domain.canonical import hash_json, is_utf8_text, plain, printable, sha256_hex
 from memory_core.domain.errors import InvalidProjectName, InvalidRequest
 
 PROJECT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -96,33 +95,10 @@ class ManifestEntry:
     byte_size: int
     media_type: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ordinal": self.ordinal,
-            "resource_id": self.resource_id,
-            "layer": self.layer.value,
-            "uri": self.uri,
-            "resource_hash": self.resource_hash,
-            "byte_size": self.byte_size,
-            "media_type": self.media_type,
-        }
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> ManifestEntry:
-        return cls(
-            ordinal=int(raw["ordinal"]),
-            resource_id=str(raw["resource_id"]),
-            layer=Layer(raw["layer"]),
-            uri=str(raw["uri"]),
-            resource_hash=str(raw["resource_hash"]),
-            byte_size=int(raw["byte_size"]),
-            media_type=str(raw["media_type"]),
-        )
-
 
 def manifest_hash(entries: Sequence[ManifestEntry]) -> str:
     """The Effective Memory hash: SHA-256 of the canonical manifest (brief §3)."""
-    return hash_json([e.to_dict() for e in entries])
+    return hash_json(plain(list(entries)))
 
 
 @attrs.frozen
@@ -185,35 +161,6 @@ class Unit:
             return self.text
         return " > ".join(self.heading_path) + "\n\n" + self.text
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "unit_id": self.unit_id,
-            "resource_id": self.resource_id,
-            "ordinal": self.ordinal,
-            "start": self.start,
-            "end": self.end,
-            "heading_path": list(self.heading_path),
-            "text": self.text,
-            "token_count": self.token_count,
-            "unit_hash": self.unit_hash,
-            "resource_hash": self.resource_hash,
-        }
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> Unit:
-        return cls(
-            unit_id=str(raw["unit_id"]),
-            resource_id=str(raw["resource_id"]),
-            ordinal=int(raw["ordinal"]),
-            start=int(raw["start"]),
-            end=int(raw["end"]),
-            heading_path=tuple(raw["heading_path"]),
-            text=str(raw["text"]),
-            token_count=int(raw["token_count"]),
-            unit_hash=str(raw["unit_hash"]),
-            resource_hash=str(raw.get("resource_hash", "")),
-        )
-
 
 def unit_id_for(resource_id: str, ordinal: int) -> str:
     return f"{resource_id}#{ordinal}"
@@ -229,13 +176,10 @@ class IndexRevisions:
     lexical: str
     vector: str
 
-    def to_dict(self) -> dict[str, str]:
-        return attrs.asdict(self)
-
 
 def index_revision_of(effective_memory_hash: str, revisions: IndexRevisions) -> str:
     """The Index Revision names a commit generation; short, derived from all its inputs."""
-    return hash_json({"effective_memory": effective_memory_hash, **revisions.to_dict()})[:16]
+    return hash_json({"effective_memory": effective_memory_hash, **plain(revisions)})[:16]
 
 
 @attrs.frozen
@@ -250,8 +194,6 @@ class Generation:
     revisions: IndexRevisions
     created_at: str
     directory: str
-
-
 
 
 Vector = Sequence[float]

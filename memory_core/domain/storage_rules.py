@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from memory_core.domain.canonical import canonical_json, is_sha256_hex
+from memory_core.domain.canonical import canonical_json, is_sha256_hex, plain
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.model import ManifestEntry
 
@@ -31,7 +31,7 @@ def check_revision(index_revision: str) -> str:
 
 def manifest_json(entries: Sequence[ManifestEntry]) -> bytes:
     """The canonical manifest whose SHA-256 is the Effective Memory hash."""
-    return canonical_json([e.to_dict() for e in entries])
+    return canonical_json(plain(list(entries)))
 
 
 class FileStamp(NamedTuple):

@@ -15,25 +15,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
-from memory_core.domain.canonical import hash_json, is_utf8_text
+from memory_core.domain.canonical import OMIT_NONE, hash_json, is_utf8_text, plain
 from memory_core.domain.errors import InvalidRequest
-from memory_core.domain.evaluation_errors import (
-    InvalidJudgments,
-)
+from memory_core.domain.evaluation_errors import InvalidJudgments
 from memory_core.domain.model import ManifestEntry, manifest_hash
 from memory_core.evaluation.metrics import MAX_RELEVANCE, Judgments
-from memory_core.evaluation.report import (
-    CaseMetrics,
-    MissedEvidence,
-)
+from memory_core.evaluation.report import CaseMetrics, MissedEvidence
 from memory_core.runs.records import CandidateRecord, RunDetail
-
-if TYPE_CHECKING:
-    pass
 
 RUN, BEIR_IMPORT, FIXTURE_IMPORT = "run", "beir_import", "fixture_import"
 PROVENANCES = (RUN, BEIR_IMPORT, FIXTURE_IMPORT)
@@ -73,24 +65,6 @@ class Corpus:
 
     def digests(self) -> list[str]:
         return sorted({e.resource_hash for e in self.resources})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"corpus_id": self.corpus_id, "resources": [e.to_dict() for e in self.resources]}
-
-
-_CANDIDATE_FIELDS = tuple(f.name for f in attrs.fields(CandidateRecord))
-
-
-def candidate_to_dict(c: CandidateRecord) -> dict[str, Any]:
-    out = {name: getattr(c, name) for name in _CANDIDATE_FIELDS}
-    out["heading_path"] = list(c.heading_path)
-    return out
-
-
-def candidate_from_dict(raw: Mapping[str, Any]) -> CandidateRecord:
-    values = {name: raw[name] for name in _CANDIDATE_FIELDS}
-    values["heading_path"] = tuple(raw["heading_path"])
-    return CandidateRecord(**values)
 
 
 @attrs.frozen
@@ -135,48 +109,9 @@ class SourceTrace:
             candidates=tuple(sorted(run.candidates, key=lambda c: c.final_rank)),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "project_id": self.project_id,
-            "query": self.query,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "state_fingerprint": self.state_fingerprint,
-            "token_budget": self.token_budget,
-            "effective_memory_hash": self.effective_memory_hash,
-            "index_revision": self.index_revision,
-            "revisions": dict(self.revisions),
-            "latency_ms": dict(self.latency_ms),
-            "warm": self.warm,
-            "fragment_count": self.fragment_count,
-            "token_count": self.token_count,
-            "candidates": [candidate_to_dict(c) for c in self.candidates],
-        }
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> SourceTrace:
-        return cls(
-            run_id=raw["run_id"],
-            project_id=raw["project_id"],
-            query=raw["query"],
-            started_at=raw["started_at"],
-            finished_at=raw["finished_at"],
-            state_fingerprint=raw["state_fingerprint"],
-            token_budget=raw["token_budget"],
-            effective_memory_hash=raw["effective_memory_hash"],
-            index_revision=raw["index_revision"],
-            revisions=dict(raw["revisions"]),
-            latency_ms=dict(raw["latency_ms"]),
-            warm=raw["warm"],
-            fragment_count=raw["fragment_count"],
-            token_count=raw["token_count"],
-            candidates=tuple(candidate_from_dict(c) for c in raw["candidates"]),
-        )
-
     @property
     def trace_hash(self) -> str:
-        return hash_json(self.to_dict())
+        return hash_json(plain(self))
 
     def unit_resources(self) -> dict[str, str]:
         return {c.unit_id: c.resource_id for c in self.candidates}
@@ -203,31 +138,16 @@ class Case:
         """A person reviewed the current judgments (only reviewed cases may gate)."""
         return self.reviewed_version is not None and self.reviewed_version == self.judgment_version
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "case_id": self.case_id,
-            "project_id": self.project_id,
-            "query": self.query,
-            "corpus_id": self.corpus_id,
-            "source_run_id": self.source_run_id,
-            "provenance": self.provenance,
-            "original_provenance": self.original_provenance,
-            "judgment_version": self.judgment_version,
-            "reviewed_version": self.reviewed_version,
-            "reviewed": self.reviewed,
-            "created_at": self.created_at,
-            "trace_hash": self.trace_hash,
-        }
-
 
 @attrs.frozen
 class Judgment:
     """Relevance 0-3 of one unit of the source trace or one resource of the frozen corpus."""
 
     relevance: int
-    unit_id: str | None = None
-    resource_id: str | None = None
-    note: str | None = None
+    # A judgment names one target, and a note only when given: its plain form omits the others.
+    unit_id: str | None = attrs.field(default=None, metadata=OMIT_NONE)
+    resource_id: str | None = attrs.field(default=None, metadata=OMIT_NONE)
+    note: str | None = attrs.field(default=None, metadata=OMIT_NONE)
 
     @classmethod
     def unit(cls, unit_id: str, relevance: int, note: str | None = None) -> Judgment:
@@ -244,13 +164,6 @@ class Judgment:
         assert self.resource_id is not None
         return ("resource_id", self.resource_id)
 
-    def to_dict(self) -> dict[str, Any]:
-        kind, target = self.target
-        out: dict[str, Any] = {kind: target, "relevance": self.relevance}
-        if self.note is not None:
-            out["note"] = self.note
-        return out
-
 
 @attrs.frozen
 class JudgmentSet:
@@ -265,9 +178,6 @@ class JudgmentSet:
         units = {j.unit_id: j.relevance for j in self.judgments if j.unit_id is not None}
         resources = {j.resource_id: j.relevance for j in self.judgments if j.resource_id is not None}
         return Judgments.of(units, resources, {u: unit_resources[u] for u in units if u in unit_resources})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "judgments": [j.to_dict() for j in self.judgments]}
 
 
 _JUDGMENT_FIELDS = {"unit_id", "resource_id", "relevance", "note"}
@@ -378,24 +288,3 @@ class CaseDetail:
     corpus_resources: int
     metrics: CaseMetrics
     missed: tuple[MissedEvidence, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "case": self.case.to_dict(),
-            "trace": self.trace.to_dict(),
-            "judgments": self.judgments.to_dict(),
-            "corpus_resources": self.corpus_resources,
-            "metrics": self.metrics,
-            "missed_evidence": [m.to_dict() for m in self.missed],
-        }
-
-
-# -- ports ----------------------------------------------------------------------------------------
-
-
-# -- ids ------------------------------------------------------------------------------------------
-
-
-# -- the service ----------------------------------------------------------------------------------
-
-

@@ -20,6 +20,11 @@ With unit judgments only (unit level) and at resource level, Recall@20, nDCG@10 
 trec_eval's ``recall_20``, ``ndcg_cut_10`` and ``recip_rank`` on the corresponding run when scores
 have no ties (tests/core/test_metrics.py checks it through pytrec_eval). trec_eval scores a query
 with no relevant document 0 where these functions return ``None``.
+
+Beside the seed's seven, three metrics of what the source Run *returned* to the agent (its
+selected fragments, ``ReturnedFragment``; issue 18 item 5, docs/evaluation.md): wasted tokens,
+relevant items per 1,000 returned tokens, and reuse that skipped a changed unit. A ``reuse``
+fragment carries no text, so it returns 0 tokens (as it costs 0 against the budget).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from typing import NamedTuple
 import attrs
 
 from memory_core.domain.errors import InvalidRequest
+from memory_core.retrieval.pipeline import REUSE
 
 MAX_RELEVANCE = 3
 DEFAULT_BOOTSTRAP_RESAMPLES = 2_000
@@ -287,6 +293,114 @@ def scope_violation_at(ranking: Sequence[RankedItem], corpus: Mapping[str, str],
 def stale_result_at(ranking: Sequence[RankedItem], corpus: Mapping[str, str], k: int = 20) -> float | None:
     """Share of the top k whose resource is in the corpus under a different recorded hash."""
     return _share_at(ranking, corpus, k, ScopeStatus.STALE)
+
+
+# -- what the agent was given (issue 18 item 5) ---------------------------------------------------
+
+
+@attrs.frozen
+class ReturnedFragment:
+    """One fragment the source Run returned (a selected candidate), in final order.
+
+    ``unit_hash`` and ``resource_hash`` are those the candidate recorded, i.e. of the generation
+    that ranked it; ``delta_action`` is ``add``, ``replace`` or ``reuse``.
+    """
+
+    unit_id: str
+    resource_id: str
+    unit_hash: str
+    resource_hash: str | None
+    token_count: int
+    delta_action: str
+
+    @property
+    def carries_text(self) -> bool:
+        return self.delta_action != REUSE
+
+    @property
+    def tokens(self) -> int:
+        """Tokens returned to the agent: the unit's, or 0 for a reuse (a reference, no text)."""
+        return self.token_count if self.carries_text else 0
+
+    def ranked(self) -> RankedItem:
+        return RankedItem(self.unit_id, self.resource_id, self.resource_hash)
+
+
+def returned_tokens(fragments: Iterable[ReturnedFragment]) -> int:
+    return sum(f.tokens for f in fragments)
+
+
+def _judged(judgments: Judgments) -> bool:
+    return bool(judgments.units or judgments.resources)
+
+
+def judged_zero(fragment: ReturnedFragment, judgments: Judgments, level: MetricLevel) -> bool:
+    """Whether the fragment's unit is judged 0 at ``level`` (unjudged is not "judged 0").
+
+    Unit level: its own judgment is 0, or it has none and its resource's judgment is 0. Resource
+    level: its resource's relevance (the larger of the resource's and its units' judgments) is 0.
+    """
+    if level is MetricLevel.UNIT:
+        own = judgments.units.get(fragment.unit_id)
+        if own is not None:
+            return own == 0
+        return judgments.resources.get(fragment.resource_id) == 0
+    return judgments.resource_relevance().get(fragment.resource_id) == 0
+
+
+def wasted_tokens(
+    fragments: Sequence[ReturnedFragment], judgments: Judgments, level: MetricLevel = MetricLevel.UNIT
+) -> int | None:
+    """Tokens returned on units judged 0 (``judged_zero``): text the agent was sent that a judge
+    found irrelevant. 0 when nothing was returned; ``None`` for a case without any judgment.
+
+    Unjudged units do not count: the figure is what is known to be wasted, a lower bound.
+    """
+    if not _judged(judgments):
+        return None
+    return sum(f.tokens for f in fragments if judged_zero(f, judgments, level))
+
+
+def relevant_per_1k_tokens(
+    fragments: Sequence[ReturnedFragment], judgments: Judgments, level: MetricLevel = MetricLevel.UNIT
+) -> float | None:
+    """Relevant evidence items the returned text earned, per 1,000 returned tokens.
+
+    1000 * (relevant items earned, as Recall's numerator at ``level``, by the fragments that
+    carried text, in final order) / (the tokens they carried). A reused fragment is left out of
+    both: it cost no tokens and gave the agent nothing new. ``None`` for a case without relevant
+    items (as Recall, nDCG and MRR) and when no token was returned (nothing to divide by).
+    """
+    text = [f for f in fragments if f.carries_text]
+    tokens = returned_tokens(text)
+    graded = grade([f.ranked() for f in text], judgments, level)
+    if not graded.has_relevant or tokens == 0:
+        return None
+    return 1000.0 * sum(graded.hits) / tokens
+
+
+def skipped_change(fragment: ReturnedFragment, corpus: Mapping[str, str]) -> bool:
+    """Whether a reuse told the agent to keep a unit the frozen corpus no longer holds unchanged.
+
+    The frozen corpus (resource_id -> hash) records resources, not units: a unit is unchanged
+    when its resource is there under the hash the candidate recorded (the same body chunks to the
+    same units and unit hashes). A resource absent from the corpus, or there under another hash,
+    counts as changed: exact for deleted resources, an upper bound for edited ones (an edit
+    elsewhere in the resource shifts spans, and a unit hash covers its span, so most units of an
+    edited resource do change hash). An item without a recorded resource hash counts as unchanged.
+    """
+    if fragment.carries_text:
+        return False
+    frozen = corpus.get(fragment.resource_id)
+    if frozen is None:
+        return True
+    return fragment.resource_hash is not None and fragment.resource_hash != frozen
+
+
+def changed_unit_reuse(fragments: Iterable[ReturnedFragment], corpus: Mapping[str, str]) -> int:
+    """Reuse decisions that skipped a changed unit (``skipped_change``): the agent was told its
+    copy was current while the sources held other text. Needs no judgment; 0 without reuse."""
+    return sum(1 for f in fragments if skipped_change(f, corpus))
 
 
 def percentile_nearest_rank(values: Iterable[float], p: float) -> float | None:

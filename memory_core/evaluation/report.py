@@ -17,6 +17,10 @@ fixture as ``metric_conventions``):
   Under ``MIN_CASES_FOR_INTERVAL`` paired cases the interval and p-value are null and
   ``interval_reason`` says why: with n cases the sign-flip p cannot go below 2^(1-n), so under 6
   it can never reach 0.05, and a bootstrap of one case is a zero-width "interval".
+- What the agent was given (B4 only: the source Run's selected fragments, in final order):
+  wasted tokens, relevant items per 1,000 returned tokens, reuse that skipped a changed unit
+  (``RETURNED_METRICS``; definitions in ``memory_core.evaluation.metrics``, docs/evaluation.md).
+  ``None`` values are excluded from the means and counted, as for the judged metrics.
 - Missed evidence: every resource of relevance >= 1 (resource level) that the source Run did not
   select gets one category, the first that applies:
   ``never_retrieved`` (no unit in the fused recall set), ``lost_in_fusion`` (ranked by a stage but
@@ -39,6 +43,8 @@ from memory_core.evaluation.metrics import (
     Judgments,
     MetricLevel,
     RankedItem,
+    ReturnedFragment,
+    changed_unit_reuse,
     grade,
     mrr,
     ndcg_at,
@@ -46,11 +52,13 @@ from memory_core.evaluation.metrics import (
     paired_randomization_p,
     percentile_nearest_rank,
     recall_at,
+    relevant_per_1k_tokens,
     resource_diversity_at,
     resource_ranking,
     scope_violation_at,
     stale_result_at,
     summarize,
+    wasted_tokens,
 )
 from memory_core.runs.records import CandidateRecord
 
@@ -83,6 +91,9 @@ RECALL, NDCG, MRR = "recall@20", "ndcg@10", "mrr"
 DIVERSITY, SCOPE, STALE = "resource_diversity@10", "scope_violation@20", "stale_result@20"
 METRICS = (RECALL, NDCG, MRR, DIVERSITY, SCOPE, STALE)
 JUDGED_METRICS = (RECALL, NDCG, MRR)
+WASTED, DENSITY, CHANGED_REUSE = "wasted_tokens", "relevant_per_1k_tokens", "changed_unit_reuse"
+# Of what the source Run returned, so of B4 alone (the selection walks the final order).
+RETURNED_METRICS = (WASTED, DENSITY, CHANGED_REUSE)
 
 NEVER_RETRIEVED = "never_retrieved"
 LOST_IN_FUSION = "lost_in_fusion"
@@ -120,6 +131,16 @@ METRIC_CONVENTIONS: dict[str, Any] = {
         "min_cases_for_interval": MIN_CASES_FOR_INTERVAL,
     },
     "missed_evidence": list(MISSED_CATEGORIES),
+    "returned": {
+        "variant": BASELINE.name,
+        "fragments": "the source Run's selected fragments in final order; a reuse carries no text and returns 0 tokens",
+        WASTED: "tokens returned on units judged 0 (own judgment, else its resource's; resource level: the "
+        "resource's relevance); null without any judgment",
+        DENSITY: "1000 * relevant items earned by the fragments that carried text / their tokens; null without "
+        "relevant items or returned tokens",
+        CHANGED_REUSE: "reuse decisions whose resource the frozen corpus lacks or holds under another hash than "
+        "the candidate recorded",
+    },
 }
 
 
@@ -164,6 +185,25 @@ def ranking_metrics(
 CaseMetrics = dict[str, dict[str, dict[str, float | None]]]  # level -> variant -> metric -> value
 
 
+def returned_fragments(candidates: Iterable[CandidateRecord]) -> list[ReturnedFragment]:
+    """The fragments the source Run returned: its selected candidates, in final order."""
+    chosen = sorted((c for c in candidates if c.disposition == SELECTED), key=lambda c: c.final_rank)
+    return [
+        ReturnedFragment(c.unit_id, c.resource_id, c.unit_hash, c.resource_hash, c.token_count, c.delta_action or "")
+        for c in chosen
+    ]
+
+
+def returned_metrics(case: CaseInput, level: MetricLevel) -> dict[str, float | None]:
+    """The RETURNED_METRICS of one case at one level."""
+    fragments = returned_fragments(case.candidates)
+    return {
+        WASTED: wasted_tokens(fragments, case.judgments, level),
+        DENSITY: relevant_per_1k_tokens(fragments, case.judgments, level),
+        CHANGED_REUSE: changed_unit_reuse(fragments, case.corpus_hashes),
+    }
+
+
 def case_metrics(case: CaseInput) -> CaseMetrics:
     out: CaseMetrics = {}
     for level in LEVELS:
@@ -171,6 +211,7 @@ def case_metrics(case: CaseInput) -> CaseMetrics:
             v.name: ranking_metrics(variant_ranking(case.candidates, v), case.judgments, case.corpus_hashes, level)
             for v in VARIANTS
         }
+        out[level.value][BASELINE.name].update(returned_metrics(case, level))
     return out
 
 
@@ -191,9 +232,6 @@ class MissedEvidence:
     best_rrf_rank: int | None
     best_rerank_rank: int | None
     best_final_rank: int | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self)
 
 
 def _best(values: Iterable[int | None]) -> int | None:
@@ -251,9 +289,6 @@ class MetricSummary:
     counted: int
     excluded: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"mean": self.mean, "counted": self.counted, "excluded": self.excluded}
-
 
 @attrs.frozen
 class Comparison:
@@ -267,11 +302,14 @@ class Comparison:
     ci95_low: float | None
     ci95_high: float | None
     p_value: float | None
-    interval_reason: str | None = attrs.field(default=None, metadata={"schema": {
-        "description": "why ci95_low, ci95_high and p_value are null (too few paired cases); null when given"}})
-
-    def to_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+    interval_reason: str | None = attrs.field(
+        default=None,
+        metadata={
+            "schema": {
+                "description": "why ci95_low, ci95_high and p_value are null (too few paired cases); null when given"
+            }
+        },
+    )
 
 
 @attrs.frozen
@@ -281,23 +319,12 @@ class LevelReport:
     variants: Mapping[str, Mapping[str, MetricSummary]]
     comparisons: tuple[Comparison, ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "judged_cases": self.judged_cases,
-            "unjudged_cases": self.unjudged_cases,
-            "variants": {v: {m: s.to_dict() for m, s in ms.items()} for v, ms in self.variants.items()},
-            "comparisons": [c.to_dict() for c in self.comparisons],
-        }
-
 
 @attrs.frozen
 class Percentiles:
     p50: float | None
     p95: float | None
     runs: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"p50": self.p50, "p95": self.p95, "runs": self.runs}
 
 
 @attrs.frozen
@@ -307,26 +334,36 @@ class LatencyReport:
     stages: Mapping[str, Percentiles]
     variants: Mapping[str, Percentiles]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "warm_runs": self.warm_runs,
-            "cold_runs": self.cold_runs,
-            "stages": {s: p.to_dict() for s, p in self.stages.items()},
-            "variants": {v: p.to_dict() for v, p in self.variants.items()},
-        }
+
+# Every missed resource, and how many fell in each category (all present). No docstring: the
+# OpenAPI component (the daemon's EvaluationReport carries this class) has no description.
+@attrs.frozen
+class MissedEvidenceSummary:
+    counts: Mapping[str, int]
+    items: tuple[MissedEvidence, ...]
+
+    @classmethod
+    def of(cls, items: Iterable[MissedEvidence]) -> MissedEvidenceSummary:
+        missed = tuple(items)
+        counts = dict.fromkeys(MISSED_CATEGORIES, 0)
+        for m in missed:
+            counts[m.category] += 1
+        return cls(counts, missed)
 
 
 @attrs.frozen
 class Report:
-    """The benchmark report of a set of cases (``to_dict`` is the JSON document)."""
+    """The benchmark report of a set of cases. Its fields are its JSON document (``plain`` and
+    every wire converter write them as they are): the counts are fields, made by ``build_report``."""
 
+    report_version: int = attrs.field(default=REPORT_VERSION, kw_only=True)
     project_id: str | None
-    case_count: int
+    cases: int
     reviewed_cases: int
     levels: Mapping[str, LevelReport]
-    latency: LatencyReport
-    missed: tuple[MissedEvidence, ...]
-    per_case: Mapping[str, CaseMetrics]
+    latency_ms: LatencyReport
+    missed_evidence: MissedEvidenceSummary
+    per_case: Mapping[str, CaseMetrics]  # case id -> level -> variant -> the JUDGED_METRICS only
 
     def level(self, level: MetricLevel | str) -> LevelReport:
         return self.levels[level.value if isinstance(level, MetricLevel) else level]
@@ -334,32 +371,14 @@ class Report:
     def mean(self, level: MetricLevel | str, variant: str, metric: str) -> float | None:
         return self.level(level).variants[variant][metric].mean
 
-    def missed_counts(self) -> dict[str, int]:
-        counts = dict.fromkeys(MISSED_CATEGORIES, 0)
-        for m in self.missed:
-            counts[m.category] += 1
-        return counts
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "report_version": REPORT_VERSION,
-            "project_id": self.project_id,
-            "cases": self.case_count,
-            "reviewed_cases": self.reviewed_cases,
-            "levels": {name: lr.to_dict() for name, lr in self.levels.items()},
-            "latency_ms": self.latency.to_dict(),
-            "missed_evidence": {
-                "counts": self.missed_counts(),
-                "items": [m.to_dict() for m in self.missed],
-            },
-            "per_case": {
-                case_id: {
-                    level: {v: {m: values[m] for m in JUDGED_METRICS} for v, values in variants.items()}
-                    for level, variants in metrics.items()
-                }
-                for case_id, metrics in self.per_case.items()
-            },
-        }
+def judged_only(metrics: CaseMetrics) -> CaseMetrics:
+    """A case's metrics as the report keeps them: the judged ones (the others need no judgment
+    and are in the level means)."""
+    return {
+        level: {v: {m: values[m] for m in JUDGED_METRICS} for v, values in variants.items()}
+        for level, variants in metrics.items()
+    }
 
 
 def too_few_cases(n: int) -> str:
@@ -423,7 +442,7 @@ def build_report(
         variants = {
             v.name: {
                 metric: MetricSummary(*attrs.astuple(summarize(m[name][v.name][metric] for m in per_case.values())))
-                for metric in METRICS
+                for metric in (*METRICS, *(RETURNED_METRICS if v is BASELINE else ()))
             }
             for v in VARIANTS
         }
@@ -434,13 +453,13 @@ def build_report(
             variants=variants,
             comparisons=_comparisons(per_case, name, resamples),
         )
-    missed = tuple(m for c in cases for m in missed_evidence(c.case_id, c.candidates, c.judgments))
+    missed = (m for c in cases for m in missed_evidence(c.case_id, c.candidates, c.judgments))
     return Report(
         project_id=project_id,
-        case_count=len(cases),
+        cases=len(cases),
         reviewed_cases=reviewed_cases,
         levels=levels,
-        latency=latency_report(cases),
-        missed=missed,
-        per_case=per_case,
+        latency_ms=latency_report(cases),
+        missed_evidence=MissedEvidenceSummary.of(missed),
+        per_case={case_id: judged_only(m) for case_id, m in per_case.items()},
     )

@@ -167,8 +167,22 @@ class GenerationStore(Protocol):
         ...
 
 
-class Catalog(Protocol):
-    """Projects, their current generation and the file-hash cache (``local.db``)."""
+class ManifestStore(Protocol):
+    """Canonical Effective Memory manifests, stored once by hash."""
+
+    def put_manifest(self, effective_memory: EffectiveMemory) -> str:
+        """Store the manifest under its hash (once) and return the hash; ``InvalidRequest`` when
+        ``effective_memory.hash`` is not the hash of its entries."""
+        ...
+
+    def get_manifest(self, manifest_hash: str) -> tuple[ManifestEntry, ...] | None:
+        """The entries stored under that hash, in order; None when none are."""
+        ...
+
+
+class Catalog(ManifestStore, Protocol):
+    """Projects, their current generation, the manifests generations name and the file-hash
+    cache (``local.db``); the composition root uses the catalog as the ``ManifestStore`` too."""
 
     def add_project(self, project: Project) -> None: ...
 
@@ -214,14 +228,6 @@ class Reranker(Protocol):
     def rerank(self, query: str, candidates: Sequence[RerankInput]) -> list[float]:
         """One score per candidate, in order; higher is better."""
         ...
-
-
-class ManifestStore(Protocol):
-    """Canonical Effective Memory manifests, stored once by hash."""
-
-    def put_manifest(self, effective_memory: EffectiveMemory) -> None: ...
-
-    def get_manifest(self, manifest_hash: str) -> list[ManifestEntry]: ...
 
 
 class LiveMemory(Protocol):

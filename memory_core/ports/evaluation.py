@@ -83,8 +83,6 @@ class RunSource(Protocol):
     def unpin(self, run_id: str) -> None: ...
 
 
-
-
 class Workspace(Protocol):
     """A place to index resources as a project and run queries over it."""
 

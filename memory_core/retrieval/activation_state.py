@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import attrs
 
-from memory_core.domain.canonical import hash_json, is_sha256_hex, is_utf8_text
+from memory_core.domain.canonical import hash_json, is_sha256_hex, is_utf8_text, plain
 from memory_core.domain.errors import InvalidActivationState
 
 MAX_STATE_UNITS = 10_000
@@ -64,13 +63,11 @@ class ActivationState:
             held[unit_id] = HeldUnit(unit_id, unit_hash)
         return cls(tuple(sorted(held.values(), key=lambda h: h.unit_id)))
 
-    def to_json(self) -> dict[str, Any]:
-        return {"units": [{"unit_id": h.unit_id, "unit_hash": h.unit_hash} for h in self.units]}
-
     @property
     def fingerprint(self) -> str:
-        """Hash of the canonical, sorted form."""
-        return hash_json(self.to_json())
+        """Hash of the canonical, sorted form (``plain``: ``{"units": [{unit_id, unit_hash}]}``,
+        the wire form ``from_json`` reads)."""
+        return hash_json(plain(self))
 
     def hash_of(self, unit_id: str) -> str | None:
         for held in self.units:

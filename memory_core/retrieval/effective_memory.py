@@ -39,5 +39,3 @@ def resolve(
     ]
     paths = {r.resource_id: r.path for _, _, r in ordered}
     return EffectiveMemory.from_entries(project_id, entries, paths, warnings)
-
-

@@ -5,10 +5,19 @@ recorded trace are both built from these same objects.
 
 Tie rule (documented, so identical inputs give identical rankings): within a stage, higher score
 first, then the better rank in the previous list, then ``unit_id`` in code-point order.
+
+Final scores (``apply_rerank``; docs/ranking.md): every candidate gets one, and the final order
+never increases in final score. Inside the rerank window the final score is the reranker's
+score. Past the window it is ``floor + rrf_score`` with ``floor = min(window scores) - 1``: RRF
+scores past the window are below 1 (for any ``rrf_k >= 1``: a candidate past rank 1 cannot be
+first in both lists), so the tail keeps its RRF order and lies in ``(floor, min(window))``,
+below every reranked candidate. With an empty window (``rerank_depth`` 0, or no scores) the final
+score is the RRF score itself.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -60,7 +69,7 @@ class Candidate:
     rerank_rank: int | None = None
     rerank_score: float | None = None
     final_rank: int = 0
-    final_score: float | None = None
+    final_score: float = 0.0  # set for every candidate by apply_rerank (module docstring)
     disposition: str = EXCLUDED
     exclusion_code: str | None = None
     delta_action: str | None = None
@@ -131,7 +140,8 @@ def fuse(
 
 
 def apply_rerank(fused: Sequence[Candidate], window: int, scores: Sequence[float]) -> list[Candidate]:
-    """Order the top ``window`` by reranker score, then the rest in RRF order; set final ranks."""
+    """Order the top ``window`` by reranker score, then the rest in RRF order; set every
+    candidate's final rank and final score (the rule in the module docstring)."""
     head, tail = list(fused[:window]), list(fused[window:])
     if len(scores) != len(head):
         raise ValueError(f"reranker returned {len(scores)} scores for {len(head)} candidates")
@@ -140,13 +150,27 @@ def apply_rerank(fused: Sequence[Candidate], window: int, scores: Sequence[float
     head.sort(key=lambda c: (-(c.rerank_score or 0.0), c.rrf_rank))
     for rank, c in enumerate(head, start=1):
         c.rerank_rank = rank
-        c.final_score = c.rerank_score
+        c.final_score = float(c.rerank_score or 0.0)
+    _tail_scores(head, tail)
     final = head + tail
     for rank, c in enumerate(final, start=1):
         c.final_rank = rank
     return final
 
 
+def _tail_scores(head: Sequence[Candidate], tail: Sequence[Candidate]) -> None:
+    """Final scores past the rerank window: the RRF score, shifted below the window's lowest."""
+    if not head:
+        for c in tail:
+            c.final_score = c.rrf_score
+        return
+    lowest = min(c.final_score for c in head)
+    floor = lowest - 1.0
+    # Never equal to or above the window's lowest, even where rounding (huge reranker scores)
+    # or an rrf_k below 1 would let floor + rrf_score reach it; the tail then ties just below.
+    ceiling = math.nextafter(lowest, -math.inf)
+    for c in tail:
+        c.final_score = min(floor + c.rrf_score, ceiling)
 
 
 class RerankInput(Protocol):

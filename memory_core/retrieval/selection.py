@@ -72,7 +72,9 @@ def select(final_order: Sequence[Candidate], limits: Limits, state: ActivationSt
             code = FRAGMENT_LIMIT_REACHED
         elif tokens + cost > limits.token_budget:
             code = TOKEN_BUDGET_EXHAUSTED
-        elif c.final_score is not None and c.final_score < limits.min_final_score:
+        elif c.rerank_rank is not None and c.final_score < limits.min_final_score:
+            # The floor is on the reranker's scores: past the window the final score only orders
+            # the tail (it may lie below any floor), and such a unit stays outside_rerank_window.
             code = BELOW_SCORE_THRESHOLD
         elif c.rerank_rank is None:
             code = OUTSIDE_RERANK_WINDOW

@@ -8,10 +8,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
-from memory_core.domain.canonical import canonical_json, sha256_hex
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.ids import new_id
-from memory_core.domain.model import EffectiveMemory
+from memory_core.domain.model import EffectiveMemory, manifest_hash
 
 INTERRUPTED = "retrieval_interrupted"
 INTERRUPTED_STAGE = "unknown"
@@ -39,7 +38,7 @@ def total_ms(latency: Mapping[str, float]) -> float | None:
 
 
 def check_manifest(effective_memory: EffectiveMemory) -> str:
-    digest = sha256_hex(canonical_json([e.to_dict() for e in effective_memory.entries]))
+    digest = manifest_hash(effective_memory.entries)
     if digest != effective_memory.hash:
         raise InvalidRequest(
             "Effective Memory hash does not match its manifest", expected=effective_memory.hash, actual=digest
@@ -75,8 +74,6 @@ def _older_than(blobs: Blobs, digest: str, cutoff: float) -> bool:
         return bool(os.stat(path_of(digest)).st_mtime <= cutoff)
     except FileNotFoundError:
         return False
-
-
 
 
 def interrupted_summary(pid: int | None) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 import attrs
 
@@ -19,6 +18,7 @@ from memory_core.evaluation.report import Report
 from memory_core.ports.evaluation import Workspace
 from memory_core.services.engine import Engine
 from memory_core.services.evaluation import EvaluationService
+from memory_core.services.manifests import stored_manifest
 
 WriteSource = Callable[[str, Mapping[str, bytes]], Source]
 
@@ -45,7 +45,7 @@ class EngineWorkspace:
                     project=project_id,
                 )
         report = self.engine.index(project_id, progress=progress)
-        entries = self.engine.manifests.get_manifest(report.effective_memory_hash)
+        entries = stored_manifest(self.engine.manifests, report.effective_memory_hash, project_id)
         return Prepared({e.resource_id: e.resource_hash for e in entries}, report.warnings)
 
     def activate(self, project_id: str, query: str) -> str:
@@ -68,17 +68,6 @@ class BeirImportResult:
     resumed: int  # cases that existed already (an earlier, interrupted import)
     dropped_judgments: int  # qrels naming a document the scanner skipped (not in the corpus)
     report: Report
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "project_id": self.project_id,
-            "split": self.split,
-            "cases": len(self.case_ids),
-            "created": self.created,
-            "resumed": self.resumed,
-            "dropped_judgments": self.dropped_judgments,
-            "report": self.report.to_dict(),
-        }
 
 
 def import_beir(

@@ -6,7 +6,7 @@ import concurrent.futures
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memory_core.domain.canonical import canonical_json
+from memory_core.domain.canonical import canonical_json, plain
 from memory_core.domain.errors import BlobCorrupted, BlobNotFound
 from memory_core.domain.evaluation_errors import (
     EvaluationImportConflict,
@@ -23,12 +23,12 @@ from memory_core.evaluation.fixture import (
     FORMAT_VERSION,
     EvaluationSet,
     ImportResult,
-    _body_dict,
-    _portable_record,
+    body_dict,
     case_dict,
     dump,
     load_fixture,
     portable_corpus,
+    portable_record,
 )
 from memory_core.evaluation.report import METRIC_CONVENTIONS, CaseInput, build_report
 from memory_core.ports import BlobStore
@@ -53,7 +53,7 @@ def export_document(
     corpora = {c.corpus_id: service.get_corpus(c.corpus_id) for c in cases}
     if not with_uris:
         portable = {k: portable_corpus(v) for k, v in corpora.items()}
-        records = [_portable_record(r, portable[r.case.corpus_id]) for r in records]
+        records = [portable_record(r, portable[r.case.corpus_id]) for r in records]
         # Corpora that differed only in their paths become one.
         corpora = {p.corpus_id: p for p in portable.values()}
     digests = sorted({d for corpus in corpora.values() for d in corpus.digests()})
@@ -63,10 +63,10 @@ def export_document(
         "format_version": FORMAT_VERSION,
         "exported_at": exported_at or service.now(),
         "metric_conventions": METRIC_CONVENTIONS,
-        "corpora": [corpora[k].to_dict() for k in sorted(corpora)],
-        "bodies": [_body_dict(d, service.blobs.get(d)) for d in digests],
+        "corpora": [plain(corpora[k]) for k in sorted(corpora)],
+        "bodies": [body_dict(d, service.blobs.get(d)) for d in digests],
         "cases": [case_dict(r, with_history) for r in records],
-        "report": report.to_dict(),
+        "report": plain(report),
     }
 
 
@@ -110,8 +110,8 @@ def _same_record(service: EvaluationService, incoming: CaseRecord, corpus: Corpu
     theirs = CaseRecord(incoming.case, incoming.trace, incoming.judgment_sets[-1:])
     if canonical_json(case_dict(mine, False)) == canonical_json(case_dict(theirs, False)):
         return True
-    mine = _portable_record(mine, portable_corpus(service.get_corpus(existing.corpus_id)))
-    theirs = _portable_record(theirs, portable_corpus(corpus))
+    mine = portable_record(mine, portable_corpus(service.get_corpus(existing.corpus_id)))
+    theirs = portable_record(theirs, portable_corpus(corpus))
     return canonical_json(case_dict(mine, False)) == canonical_json(case_dict(theirs, False))
 
 
@@ -191,4 +191,7 @@ def report_of(loaded: EvaluationSet) -> dict[str, Any]:
                 corpus_hashes=loaded.corpora[r.case.corpus_id].hashes(),
             )
         )
-    return build_report(inputs, reviewed_cases=sum(1 for r in loaded.records if r.case.reviewed)).to_dict()
+    document: dict[str, Any] = plain(
+        build_report(inputs, reviewed_cases=sum(1 for r in loaded.records if r.case.reviewed))
+    )
+    return document

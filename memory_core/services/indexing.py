@@ -38,6 +38,7 @@ from memory_core.ports import (
 )
 from memory_core.ports.runs import CorpusRegistry
 from memory_core.services.live_memory import read_effective_memory
+from memory_core.services.manifests import stored_manifest
 
 EMBED_BATCH = 64
 LEXICAL_DIR = "lexical"
@@ -85,8 +86,10 @@ class Indexer:
     corpus: CorpusRegistry | None = None
     # The units of each resource this indexer last chunked, by (resource_id, resource_hash,
     # media_type) for one (chunker, parser) revision: a re-index chunks only what changed (in the
-    # daemon's watcher, about two thirds of a one-file re-index at 10,000 units). Bodies are
-    # still read, verified and put, so a damaged blob is repaired as before.
+    # daemon's watcher, about two thirds of a one-file re-index at 10,000 units). Their bodies
+    # were read, verified and stored when they were chunked (or they come from a generation
+    # whose units match its seal), so a re-index does not read them again while their blob is
+    # there; ``--force`` reads every body (and so repairs a damaged blob).
     _chunked: dict[tuple[str, str, str], list[Unit]] = attrs.field(factory=dict, init=False, eq=False, repr=False)
     _chunked_revision: tuple[str, str] = attrs.field(default=("", ""), init=False, eq=False, repr=False)
     # The vectors of the last build's units by unit hash, for one embedding model revision.
@@ -131,7 +134,7 @@ class Indexer:
                 )
         if not force:
             self._seed_chunked(current)
-        memory, units = self._read_units(project, memory, progress)
+        memory, units = self._read_units(project, memory, progress, force)
         revision = index_revision_of(memory.hash, revisions)
         staging = self.generations.stage(project_id)
         try:
@@ -208,7 +211,7 @@ class Indexer:
             return
         try:
             units = self.generations.load_units(Path(current.directory))  # checked against its seal
-            entries = self.manifests.get_manifest(current.effective_memory_hash)
+            entries = stored_manifest(self.manifests, current.effective_memory_hash, current.project_id)
         except MemoryCoreError:
             return  # a damaged or pruned generation: chunk everything
         by_resource: dict[str, list[Unit]] = {}
@@ -222,16 +225,17 @@ class Indexer:
         self._chunked_revision = revision
 
     def _read_units(
-        self, project: Project, memory: EffectiveMemory, progress: Progress
+        self, project: Project, memory: EffectiveMemory, progress: Progress, force: bool = False
     ) -> tuple[EffectiveMemory, list[Unit]]:
-        """Read and chunk every resource. One file never stops the index: when some changed or
-        vanished since the scan (or their cached hash was stale), scan again hashing every file
-        and build what is there now; a file that still cannot be read is left out with a warning."""
-        units, failed = self._chunk(memory, progress)
+        """Read and chunk every resource not chunked before. One file never stops the index: when
+        some changed or vanished since the scan (or their cached hash was stale), scan again
+        hashing every file and build what is there now; a file that still cannot be read is left
+        out with a warning."""
+        units, failed = self._chunk(memory, progress, force)
         if failed:
             memory = read_effective_memory(project, self.scanner, rehash=True)
             _require_entries(memory)
-            units, failed = self._chunk(memory, progress)
+            units, failed = self._chunk(memory, progress, force)
         if failed:
             kept = [e for e in memory.entries if e.resource_id not in failed]
             memory = EffectiveMemory.from_entries(
@@ -243,9 +247,11 @@ class Indexer:
             _require_entries(memory)
         return memory, units
 
-    def _chunk(self, memory: EffectiveMemory, progress: Progress) -> tuple[list[Unit], dict[str, str]]:
-        """The units of every resource that reads back as scanned, and why each other one did not
-        (resource id -> reason)."""
+    def _chunk(
+        self, memory: EffectiveMemory, progress: Progress, force: bool = False
+    ) -> tuple[list[Unit], dict[str, str]]:
+        """The units of every resource that reads back as scanned (or was chunked before and
+        still has its blob), and why each other one did not (resource id -> reason)."""
         units: list[Unit] = []
         failed: dict[str, str] = {}
         total = len(memory.entries)
@@ -253,6 +259,15 @@ class Indexer:
         known = self._chunked if self._chunked_revision == revision else {}
         chunked: dict[tuple[str, str, str], list[Unit]] = {}  # only this memory's: the memo stays bounded
         for done, entry in enumerate(memory.entries, start=1):
+            key = (entry.resource_id, entry.resource_hash, entry.media_type)
+            found = None if force else known.get(key)
+            if found is not None and self.blobs.exists(entry.resource_hash):
+                # Unchanged since it was read and verified: reading every body again was the
+                # largest cost of a one-file re-index that grew with the project.
+                chunked[key] = found
+                units.extend(found)
+                progress("chunk", done, total)
+                continue
             try:
                 data = self.scanner.read(
                     ScannedResource(
@@ -269,8 +284,6 @@ class Indexer:
                 failed[entry.resource_id] = exc.message
             else:
                 self.blobs.put(data)
-                key = (entry.resource_id, entry.resource_hash, entry.media_type)
-                found = known.get(key)
                 if found is None:
                     found = self.chunker.chunk(
                         entry.resource_id, entry.resource_hash, data.decode("utf-8"), entry.media_type

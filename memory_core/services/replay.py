@@ -47,9 +47,6 @@ class ReplayCase:
     drop: float | None
     passed: bool | None  # None: the case has no relevant item (excluded)
 
-    def to_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self)
-
 
 @attrs.frozen
 class ReplayCorpus:
@@ -62,8 +59,8 @@ class ReplayCorpus:
 
 @attrs.frozen
 class ReplayResult:
-    """The gate's outcome. Every value is a field (none derived on the fly), so ``to_dict`` and
-    the CLI's wire converter give the same document; ``of`` derives the counts."""
+    """The gate's outcome. Every value is a field (none derived on the fly), so its fields are its
+    JSON document (``memcore eval replay --json``); ``of`` derives the counts."""
 
     level: str
     max_drop: float
@@ -93,9 +90,6 @@ class ReplayResult:
         compared = sum(1 for c in cases if c.passed is not None)
         failed = tuple(c.case_id for c in cases if c.passed is False)
         return cls(level, max_drop, cases, *means, passed, corpora, compared, len(cases) - compared, failed)
-
-    def to_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self, value_serializer=lambda _, __, v: list(v) if isinstance(v, tuple) else v)
 
 
 def baseline_from_report(

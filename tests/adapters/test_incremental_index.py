@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from memory_core.adapters.search.lucene_index import LuceneIndexFactory
+from memory_core.domain.canonical import plain
 from memory_core.domain.model import Source
 from memory_core.services.engine import Engine
 from memory_core.services.indexing import LEXICAL_DIR
@@ -52,7 +53,7 @@ def _content(engine: Engine) -> tuple[list[dict[str, object]], dict[str, list[tu
     generation = engine.catalog.current_generation("p")
     assert generation is not None
     directory = Path(generation.directory)
-    units = [u.to_dict() for u in engine.generations.load_units(directory)]
+    units = plain(engine.generations.load_units(directory))
     searcher = LuceneIndexFactory().open(directory / LEXICAL_DIR)
     try:
         hits = {q: searcher.search(q, 10) for q in QUERIES}

@@ -23,15 +23,10 @@ from hypothesis import strategies as st
 
 from memory_core.adapters.files.blob_store import FileBlobStore
 from memory_core.adapters.sqlite import SCHEMA_VERSION, SqliteCatalog, open_database, schema_version
-from memory_core.adapters.sqlite.run_rows import _heading_path_json, _UnitColumns
-from memory_core.adapters.sqlite.runs import (
-    AFTER_CANDIDATES,
-    AFTER_CLEAR_COMMIT,
-    CRASH_EXIT,
-    CRASH_POINT_ENV,
-    INTERRUPTED,
-    SqliteRunStore,
-)
+from memory_core.adapters.sqlite.run_rows import UnitColumns, heading_path_json
+from memory_core.adapters.sqlite.runs import AFTER_CANDIDATES, AFTER_CLEAR_COMMIT, SqliteRunStore
+from memory_core.adapters.system.crash_points import CRASH_EXIT, CRASH_POINT_ENV
+from memory_core.domain.canonical import plain
 from memory_core.domain.errors import InvalidRequest, RunNotFound, StorageUnavailable
 from memory_core.domain.model import (
     EffectiveMemory,
@@ -44,6 +39,7 @@ from memory_core.domain.model import (
     Unit,
 )
 from memory_core.runs.records import FAILED, RUNNING, SUCCEEDED, RunFilter
+from memory_core.runs.rules import INTERRUPTED
 from tests.contracts.test_run_store import dead_pid, failure, ranked, run_start, trace_of, ts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,15 +110,15 @@ def _populate_v2(conn: apsw.Connection, n_projects: int) -> None:
                 ManifestEntry(
                     k, f"{pid}/{k}.md", Layer.PROJECT, f"file:///{pid}/{rev}/{k}",
                     hashlib.sha256(f"{pid}-{rev}-{k}".encode()).hexdigest(), k, "text/markdown",
-                ).to_dict()
+                )
                 for k in range(3)
             ]  # fmt: skip
-            body = json.dumps(entries, sort_keys=True, separators=(",", ":"))
+            body = json.dumps(plain(entries), sort_keys=True, separators=(",", ":"))
             digest = hashlib.sha256(body.encode()).hexdigest()
             conn.execute("INSERT INTO manifests VALUES (?, ?, ?)", (digest, body, "t"))
             conn.execute(
                 "INSERT INTO generations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (pid, f"rev{rev}", digest, 10, 3, json.dumps(REVISIONS.to_dict()), "t", f"/d/{pid}/rev{rev}", digest),
+                (pid, f"rev{rev}", digest, 10, 3, json.dumps(plain(REVISIONS)), "t", f"/d/{pid}/rev{rev}", digest),
             )
         conn.execute("INSERT INTO project_generation_pointers VALUES (?, 'rev1', 'rev0')", (pid,))
         conn.execute("INSERT INTO file_hash_cache VALUES (?, ?, ?, ?)", (f"/src/{pid}/a.md", p, p * 7, "ab" * 32))
@@ -616,8 +612,8 @@ def test_an_in_memory_database_inserts_inline(tmp_path):
 def test_a_heading_path_is_stored_as_json_dumps_writes_it(heading_path: list[str]) -> None:
     # The hot path's encoder is hand-assembled from json's own string encoder: it must agree
     # with json.dumps byte for byte, so stored traces and fixtures hash the same as ever.
-    assert _heading_path_json(tuple(heading_path)) == json.dumps(heading_path, ensure_ascii=False)
-    assert json.loads(_heading_path_json(heading_path)) == heading_path
+    assert heading_path_json(tuple(heading_path)) == json.dumps(heading_path, ensure_ascii=False)
+    assert json.loads(heading_path_json(heading_path)) == heading_path
 
 
 def _unit(i: int, text: str = "t") -> Unit:
@@ -625,7 +621,7 @@ def _unit(i: int, text: str = "t") -> Unit:
 
 
 def test_unit_columns_are_each_units_own() -> None:
-    columns = _UnitColumns()
+    columns = UnitColumns()
     units = [_unit(i) for i in range(50)]
     for _ in range(2):  # the second pass is all hits
         for i, unit in enumerate(units):
@@ -635,7 +631,7 @@ def test_unit_columns_are_each_units_own() -> None:
 def test_unit_columns_ignore_an_entry_left_by_a_dead_unit_at_the_same_address() -> None:
     # The cache is keyed by id(unit), and CPython may give a freed unit's address to a new
     # one: an entry whose unit is gone (or is another object) must be rebuilt, not served.
-    columns = _UnitColumns()
+    columns = UnitColumns()
     dead = _unit(1)
     stale = (weakref.ref(dead), columns(dead))
     del dead
@@ -649,7 +645,7 @@ def test_unit_columns_ignore_an_entry_left_by_a_dead_unit_at_the_same_address() 
 
 
 def test_unit_columns_do_not_keep_units_alive() -> None:
-    columns = _UnitColumns()
+    columns = UnitColumns()
     unit = _unit(0, "a long text " * 100)
     columns(unit)
     alive = weakref.ref(unit)
@@ -659,7 +655,7 @@ def test_unit_columns_do_not_keep_units_alive() -> None:
 
 
 def test_unit_columns_stay_bounded() -> None:
-    columns = _UnitColumns(limit=10)
+    columns = UnitColumns(limit=10)
     units = [_unit(i) for i in range(25)]
     for unit in units:
         columns(unit)

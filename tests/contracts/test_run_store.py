@@ -23,7 +23,7 @@ from memory_core.adapters.files.blob_store import FileBlobStore
 from memory_core.adapters.in_memory.runs import FailingRecorder, InMemoryRunStore
 from memory_core.adapters.in_memory.storage import InMemoryBlobStore, InMemoryCatalog
 from memory_core.adapters.sqlite import SqliteCatalog, open_database
-from memory_core.adapters.sqlite.runs import INTERRUPTED, Owner, SqliteRunStore, current_boot_id
+from memory_core.adapters.sqlite.runs import SqliteRunStore
 from memory_core.domain.errors import InvalidRequest, RunNotFound, StorageUnavailable
 from memory_core.domain.model import (
     EffectiveMemory,
@@ -40,6 +40,7 @@ from memory_core.retrieval.activation_state import ActivationState, HeldUnit
 from memory_core.retrieval.exact import ExactMatch
 from memory_core.retrieval.pipeline import SELECTED, Candidate, apply_rerank, fuse
 from memory_core.retrieval.selection import Limits, select
+from memory_core.runs.owners import Owner, current_boot_id
 from memory_core.runs.records import (
     FAILED,
     MAX_ERROR_SUMMARY,
@@ -52,6 +53,7 @@ from memory_core.runs.records import (
     RunStart,
     RunTrace,
 )
+from memory_core.runs.rules import INTERRUPTED
 
 FINGERPRINT = "f" * 64
 REVISIONS = IndexRevisions(parser="p1", chunker="c1", embedding_model="e1", lexical="l1", vector="v1")

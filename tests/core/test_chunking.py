@@ -14,13 +14,8 @@ from hypothesis import strategies as st
 
 from memory_core.domain.model import Unit, unit_hash_of, unit_id_for
 from memory_core.ports import Chunker
-from memory_core.retrieval.chunking import (
-    CHUNKER_REVISION,
-    MarkdownChunker,
-    TokenCounter,
-    is_markdown,
-    markdown_sections,
-)
+from memory_core.retrieval.chunking import CHUNKER_REVISION, MarkdownChunker, TokenCounter
+from memory_core.retrieval.markdown import is_markdown, markdown_sections
 
 MD = "text/markdown"
 TXT = "text/plain"

@@ -24,7 +24,7 @@ from memory_core.entrypoints.bootstrap import bootstrap_in_memory
 from memory_core.retrieval.activation_state import ActivationState
 from memory_core.retrieval.pipeline import EXCLUSION_CODES, SELECTED
 from memory_core.runs.records import NullRecorder, RunFailure, RunStart, RunTrace
-from memory_core.services.engine import STAGE_ERROR
+from memory_core.services.activation import STAGE_ERROR
 
 ORG, PROJ = "/org", "/proj"
 DOCS = {

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from memory_core.adapters.in_memory.evaluation import InMemoryEvaluationStore
 from memory_core.adapters.in_memory.runs import InMemoryRunStore
 from memory_core.adapters.in_memory.storage import InMemoryBlobStore, InMemoryCatalog
-from memory_core.domain.canonical import sha256_hex
+from memory_core.domain.canonical import plain, sha256_hex
 from memory_core.domain.errors import InvalidRequest, ProjectNotIndexed, RunNotFound
 from memory_core.domain.evaluation_errors import (
     EvaluationCaseNotFound,
@@ -32,6 +32,7 @@ from memory_core.domain.evaluation_errors import (
 )
 from memory_core.domain.model import Layer, ManifestEntry, Source
 from memory_core.entrypoints.bootstrap import bootstrap_in_memory, utc_now
+from memory_core.entrypoints.cli import wire
 from memory_core.evaluation import fixture
 from memory_core.evaluation.beir import BeirCollection, beir_case_id
 from memory_core.evaluation.cases import (
@@ -175,7 +176,7 @@ def test_pinned_runs_survive_clear_history_and_corpus_blobs_survive_gc(world: Wo
     assert world.blobs.exists(original)
     assert world.blobs.get(original) == body(0, 0)
     assert not world.blobs.exists(sha256_hex(body(0, 1)))
-    assert world.service.report().case_count == 1
+    assert world.service.report().cases == 1
 
 
 # -- judgments ------------------------------------------------------------------------------------
@@ -256,7 +257,7 @@ def test_show_case_and_delete_case(world: World) -> None:
     assert detail.corpus_resources == 24
     assert set(detail.metrics) == {"unit", "resource"}
     assert {v.name for v in VARIANTS} == set(detail.metrics["resource"])
-    json.dumps(detail.to_dict())  # JSON-ready
+    json.dumps(wire.to_json(detail))  # JSON-ready
     world.service.delete_case(case.case_id)
     assert not world.history.get_run(case.source_run_id).summary.pinned
     assert world.store.referenced_blobs() == set()
@@ -377,12 +378,12 @@ def test_report_numbers_checked_by_hand() -> None:
         assert resource["mrr"].mean == mrr[name]
         assert resource["resource_diversity@10"].mean == 1.0
     assert (report.level("unit").judged_cases, report.level("unit").unjudged_cases) == (1, 1)
-    assert report.case_count == 2 and report.reviewed_cases == 0
+    assert report.cases == 2 and report.reviewed_cases == 0
     assert report.per_case["judged"]["unit"]["b4_reranked"]["ndcg@10"] == pytest.approx(ndcg["b4_reranked"])
     assert report.per_case["unjudged"]["resource"]["b4_reranked"]["ndcg@10"] is None
-    document = report.to_dict()
+    document = plain(report)
     assert json.loads(json.dumps(document)) == document
-    assert service.report(case_ids=["judged"]).case_count == 1
+    assert service.report(case_ids=["judged"]).cases == 1
 
 
 def test_missed_evidence_attribution_covers_each_category() -> None:
@@ -401,7 +402,7 @@ def test_missed_evidence_attribution_covers_each_category() -> None:
     service = hand_service()
     add_case(service, "m", candidates, judgments, corpus_abc("a.md", "b.md", "cut.md", "demoted.md", "lost.md",
                                                               "never.md"))  # fmt: skip
-    missed = service.report().missed
+    missed = service.report().missed_evidence.items
     assert [(m.resource_id, m.category, m.exclusion_code) for m in missed] == [
         ("demoted.md", DEMOTED_BY_RERANKER, None),
         ("cut.md", CUT_AT_SELECTION, "token_budget_exhausted"),
@@ -411,7 +412,7 @@ def test_missed_evidence_attribution_covers_each_category() -> None:
     demoted = missed[0]
     assert (demoted.best_rrf_rank, demoted.best_rerank_rank, demoted.best_final_rank) == (1, 4, 4)
     assert missed[3].best_final_rank is None
-    assert service.report().missed_counts() == {
+    assert service.report().missed_evidence.counts == {
         NEVER_RETRIEVED: 1, LOST_IN_FUSION: 1, DEMOTED_BY_RERANKER: 1, CUT_AT_SELECTION: 1,
     }  # fmt: skip
     assert [m.resource_id for m in service.show_case("m").missed] == ["demoted.md", "cut.md", "lost.md", "never.md"]
@@ -420,9 +421,10 @@ def test_missed_evidence_attribution_covers_each_category() -> None:
 def test_a_unit_judgment_makes_its_resource_relevant_evidence_too() -> None:
     service = hand_service()
     add_case(service, "u", HAND, [Judgment.unit("a.md#1", 2)], corpus_abc("a.md", "b.md", "c.md"))
-    assert service.report().missed == ()  # a.md has a selected unit (a#0)
+    assert service.report().missed_evidence.items == ()  # a.md has a selected unit (a#0)
     add_case(service, "v", HAND, [Judgment.unit("c.md#0", 1)], corpus_abc("a.md", "b.md", "c.md"))
-    assert [(m.case_id, m.resource_id, m.category) for m in service.report().missed] == [("v", "c.md", LOST_IN_FUSION)]
+    missed = service.report().missed_evidence.items
+    assert [(m.case_id, m.resource_id, m.category) for m in missed] == [("v", "c.md", LOST_IN_FUSION)]
 
 
 def test_scope_violation_and_stale_result_are_independent() -> None:
@@ -459,7 +461,7 @@ def test_latency_percentiles_use_warm_runs_and_sum_a_variants_stages() -> None:
     for i, warm in enumerate([True, True, True, False]):
         latency = {s: float((i + 1) * (k + 1)) for k, s in enumerate(stages)}
         add_case(service, f"l{i}", HAND, [], corpus, latency=latency, warm=warm)
-    latency = service.report().latency
+    latency = service.report().latency_ms
     assert (latency.warm_runs, latency.cold_runs) == (3, 1)
     # bm25 is stage 2: warm values 2, 4, 6; nearest-rank p50 = 4, p95 = 6 (the cold 8 is ignored).
     assert (latency.stages["bm25"].p50, latency.stages["bm25"].p95, latency.stages["bm25"].runs) == (4.0, 6.0, 3)
@@ -494,7 +496,7 @@ def test_b4_is_compared_with_each_variant_by_a_paired_bootstrap(world: World) ->
             assert c.ci95_low <= c.mean_diff <= c.ci95_high
     empty = hand_service().report()
     assert all(c.cases == 0 and c.mean_diff is None for c in empty.level("unit").comparisons)
-    assert empty.case_count == 0 and empty.level("unit").variants["b4_reranked"]["ndcg@10"].mean is None
+    assert empty.cases == 0 and empty.level("unit").variants["b4_reranked"]["ndcg@10"].mean is None
 
 
 # -- fixtures -------------------------------------------------------------------------------------
@@ -535,7 +537,7 @@ def test_export_import_export_is_byte_identical_and_keeps_ids() -> None:
     assert json.loads(world.service.export_fixture(with_history=True))["cases"] == json.loads(first)["cases"]
     document = json.loads(first)
     assert document["format"] == "memory-core-evaluation-set" and document["format_version"] == 1
-    assert document["report"] == world.service.report().to_dict()
+    assert document["report"] == plain(world.service.report())
     assert fixtures.report_of(fixture.load_fixture(first)) == document["report"]
 
 
@@ -680,8 +682,8 @@ def test_beir_import_makes_one_case_per_query_with_resource_judgments(tmp_path: 
     assert len({c.corpus_id for c in world.service.list_cases("tiny")}) == 1
     # q4 judges nothing relevant: excluded from the means and counted.
     assert (result.report.level("resource").judged_cases, result.report.level("resource").unjudged_cases) == (3, 1)
-    assert result.to_dict()["report"]["cases"] == 4
-    json.dumps(result.to_dict())
+    assert wire.to_json(result)["report"]["cases"] == 4
+    json.dumps(wire.to_json(result))
 
 
 def test_beir_import_resumes_after_an_interruption(tmp_path: Path) -> None:
@@ -763,7 +765,7 @@ def test_replay_passes_an_unchanged_pipeline_and_fails_a_worse_one() -> None:
         assert replay(loaded, memory_workspace(scratch), level=level).passed
     worse = replay(loaded, Reversed(memory_workspace(scratch)), max_drop=0.05)
     assert not worse.passed and worse.mean_drop > 0.05 and worse.failed_cases
-    document = worse.to_dict()
+    document = wire.to_json(worse)
     assert document["variant"] == "current" and document["baseline_variant"] == "b4_reranked"
     # A baseline report instead of the frozen traces gives the same baselines.
     baseline = baseline_from_report(json.loads(fixtures.export_fixture(world.service))["report"])
@@ -845,7 +847,7 @@ def test_too_few_cases_give_no_interval_and_say_why(world: World) -> None:
                 assert (c.ci95_low, c.ci95_high, c.p_value) == (None, None, None)
                 assert c.interval_reason == (
                     f"n=1: too few paired cases for an interval or p-value (needs {MIN_CASES_FOR_INTERVAL})")
-                assert c.to_dict()["interval_reason"] == c.interval_reason
+                assert wire.to_json(c)["interval_reason"] == c.interval_reason
         judge(q)
     for c in world.service.report().level("unit").comparisons:  # enough: the numbers, no reason
         assert c.cases == MIN_CASES_FOR_INTERVAL and c.interval_reason is None

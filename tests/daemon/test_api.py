@@ -352,6 +352,46 @@ def test_retrieval_failed_keeps_its_fields_through_the_client() -> None:
     assert isinstance(exc, RetrievalFailed) and exc.stage == "embed_query" and exc.run_id == "r1"
 
 
+def test_the_client_has_every_method_of_the_table_and_no_other() -> None:
+    from memory_core.entrypoints.daemon.client import DaemonClient, Remote
+
+    for name, method in TABLE.items():
+        member = vars(DaemonClient)[name]  # declared, or derived from the table
+        if isinstance(member, Remote):
+            assert (member.name, member.request, member.response) == (name, method.request, method.response)
+        else:
+            assert callable(member), name
+    remotes = {name for name, member in vars(DaemonClient).items() if isinstance(member, Remote)}
+    assert remotes <= set(TABLE)
+
+
+def test_a_client_method_that_disagrees_with_the_table_fails_when_the_class_is_made() -> None:
+    from memory_core.entrypoints.daemon import client
+
+    class Drifted(client.DaemonClient):
+        show_project = client.Remote(api.ShowProjectRequest, api.ProjectList)  # the table says ProjectInfo
+
+    with pytest.raises(TypeError, match="show_project disagrees"):
+        client._of_the_table(Drifted)
+
+
+def test_a_remote_sends_its_request_type_built_from_its_arguments() -> None:
+    from memory_core.entrypoints.daemon.client import DaemonClient
+
+    sent: list[tuple[str, Any]] = []
+
+    class Recording(DaemonClient):
+        def call(self, name: str, request: Any) -> Any:
+            sent.append((name, request))
+            return "answer"
+
+    recording = Recording.__new__(Recording)  # no transport: call is replaced
+    assert recording.index_project("ledger", force=True) == "answer"
+    assert recording.get_retrieval_run("r1", manifest=True) == "answer"
+    assert sent == [("index_project", api.IndexProjectRequest("ledger", True)),
+                    ("get_retrieval_run", api.GetRetrievalRunRequest("r1", True))]  # fmt: skip
+
+
 # -- faults -----------------------------------------------------------------------------------
 class BrokenCatalog(InMemoryCatalog):
     """A storage fault the engine does not anticipate (a fake port, for the fault path)."""

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from memory_core.adapters.in_memory.storage import InMemoryScanner
+from memory_core.domain.canonical import plain
 from memory_core.domain.errors import ProjectNotIndexed, RunNotFound
 from memory_core.domain.evaluation_errors import (
     EvaluationCaseNotFound,
@@ -38,15 +39,16 @@ from memory_core.domain.evaluation_errors import (
 )
 from memory_core.domain.model import Source
 from memory_core.entrypoints.bootstrap import bootstrap_in_memory
-from memory_core.entrypoints.cli import eval_commands
+from memory_core.entrypoints.cli import eval_commands, wire
 from memory_core.entrypoints.cli.client_engine import ClientEngine
 from memory_core.entrypoints.cli.main import build_parser
-from memory_core.entrypoints.daemon import api, dispatch
+from memory_core.entrypoints.daemon import api
 from memory_core.entrypoints.daemon.app import create_app
 from memory_core.entrypoints.daemon.client import DaemonClient
 from memory_core.entrypoints.daemon.dispatch import TABLE, Context
 from memory_core.evaluation.cases import Case, Judgment, JudgmentSet
 from memory_core.evaluation.fixture import ImportResult
+from memory_core.services import corpus_search
 from memory_core.services.engine import Engine
 
 from .conftest import Contract, docs
@@ -204,7 +206,7 @@ def test_search_reads_a_bounded_amount_per_call(http: TestClient, monkeypatch: p
     cid = make_case(http)["case_id"]
     everything = ok(http, "search_corpus_resources", {"case_id": cid, "text": "use"})["resources"]
     assert [r["resource"]["resource_id"] for r in everything] == ["decisions/ADR-0004-advisory-locks.md"]
-    monkeypatch.setattr(dispatch, "SEARCH_SCAN_BYTES", 1)  # one body per call
+    monkeypatch.setattr(corpus_search, "SEARCH_SCAN_BYTES", 1)  # one body per call
     pages, cursor, found = 0, None, []
     while True:
         page = ok(http, "search_corpus_resources", {"case_id": cid, "text": "use", "cursor": cursor})
@@ -379,10 +381,10 @@ def test_the_report_is_the_engines_report(http: TestClient, context: Context, co
                                   ({"case_ids": ids[1:]}, None, ids[1:])]:
         report = ok(http, "evaluation_report", body)
         contract.validate("EvaluationReport", report)
-        expected = context.engine.evaluation_report(project, chosen).to_dict()
+        expected = plain(context.engine.evaluation_report(project, chosen))
         assert report == json.loads(json.dumps(expected))
         decoded = api.structure(conv, report, api.EvaluationReport)
-        assert decoded.to_report().to_dict() == expected  # the client gets the engine's Report back
+        assert plain(decoded.to_report()) == expected  # the client gets the engine's Report back
     assert ok(http, "evaluation_report", {})["cases"] == 3
     assert ok(http, "evaluation_report", {"project_id": "ledger"})["reviewed_cases"] == 1
     assert http.get("/v1/evaluation_report").json() == ok(http, "evaluation_report", {})
@@ -587,7 +589,7 @@ def test_the_client_decodes_every_evaluation_response(client: DaemonClient, http
     assert reviewed.reviewed and reviewed == service.get_case(case.case_id)
     page = client.search_corpus_resources(case.case_id, "printer")
     assert [m.resource.resource_id for m in page.resources] == ["notes.txt"]
-    assert client.evaluation_report().to_report().to_dict() == service.report().to_dict()
+    assert plain(client.evaluation_report().to_report()) == plain(service.report())
     fixture = client.export_evaluation_set(with_history=True)
     assert without_exported_at(fixture.to_bytes()) == without_exported_at(service.export_fixture(with_history=True))
     result = client.import_evaluation_set(fixture.to_bytes())
@@ -630,11 +632,11 @@ def test_memcore_eval_answers_the_same_through_the_client_engine(
     # Writes through the client engine land in the engine.
     run_id = ok(http, "activate_memory", {**QUERY, "query": "helm rollback"})["run_id"]
     added = eval_json(served, capsys, "case", "create", run_id, "--json")
-    assert added == embedded.evaluations().get_case(added["case_id"]).to_dict()
+    assert added == wire.to_json(embedded.evaluations().get_case(added["case_id"]))
     (tmp_path / "j.json").write_text(json.dumps({"judgments": [{"resource_id": "notes.txt", "relevance": 2}]}))
     judged = eval_json(served, capsys, "judge", added["case_id"], "--file", str(tmp_path / "j.json"),
                        "--expected-version", "0", "--json")
-    assert judged == embedded.evaluations().judgments(added["case_id"]).to_dict()
+    assert judged == wire.to_json(embedded.evaluations().judgments(added["case_id"]))
     reviewed = eval_json(served, capsys, "review", added["case_id"], "--expected-version", "1", "--json")
     assert reviewed["reviewed"] is True
     imported = eval_json(served, capsys, "import", str(tmp_path / "served.json"), "--json")
@@ -810,7 +812,7 @@ def test_a_case_survives_a_restart_and_memcore_eval_goes_through_the_daemon(home
         without_exported_at((homes.base / "served-after.json").read_bytes())
     # What the CLI showed through the daemon is what the typed client got.
     assert json.loads(served["show"])["judgments"]["version"] == 2
-    assert json.loads(served["report"]) == facts["report"].to_report().to_dict()
+    assert json.loads(served["report"]) == plain(facts["report"].to_report())
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import pytest
 
 from memory_core.entrypoints.daemon import api, launcher, paths
 from memory_core.entrypoints.daemon.client import DaemonClient
-from memory_core.entrypoints.daemon.server import DaemonLock
+from memory_core.entrypoints.daemon.sockets import DaemonLock
 
 pytestmark = pytest.mark.slow
 STOP_TIMEOUT_S = 60

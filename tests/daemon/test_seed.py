@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from memory_core.domain.canonical import plain
 from memory_core.domain.errors import InvalidQuery, ProjectNotFound, ProjectNotIndexed, RunNotFound
 from memory_core.domain.model import Source
 from memory_core.entrypoints.daemon.client import DaemonClient
@@ -187,7 +188,7 @@ def test_runs_survive_restarts_and_none_is_left_running(shared: Home) -> None:
         for run_id, detail in facts["details"].items():
             assert client.get_retrieval_run(run_id) == detail
         first = facts["first"]
-        state = ActivationState.from_json(first.activation_state.to_json())
+        state = ActivationState.from_json(plain(first.activation_state))
         again = client.activate_memory("ledger", QUESTION, activation_state=state)
         assert {f.delta_action for f in again.fragments} == {"reuse"}
         assert [f.unit_id for f in again.fragments] == [f.unit_id for f in first.fragments]

@@ -27,7 +27,7 @@ from memory_core.domain.errors import InvalidRequest, ProjectExists, ProjectNotF
 from memory_core.domain.model import Layer, Source
 from memory_core.entrypoints.daemon import api, paths
 from memory_core.entrypoints.daemon.client import DaemonClient
-from memory_core.entrypoints.daemon.server import DaemonLock, bind_socket
+from memory_core.entrypoints.daemon.sockets import DaemonLock, bind_socket
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 60

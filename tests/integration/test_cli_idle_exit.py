@@ -19,7 +19,7 @@ import pytest
 
 from memory_core.domain.model import Layer, Source
 from memory_core.entrypoints.daemon import launcher, paths
-from memory_core.entrypoints.daemon.server import IdleClock
+from memory_core.entrypoints.daemon.idle import IdleClock
 from tests.daemon.test_server import Daemon, memory_folder
 
 ROOT = Path(__file__).resolve().parents[2]

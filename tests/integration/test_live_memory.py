@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from memory_core.domain.canonical import plain
 from memory_core.domain.model import Layer, Source
 from memory_core.entrypoints.bootstrap import bootstrap
 from memory_core.evaluation.metrics import RankedItem, ScopeStatus, scope_status
@@ -87,7 +88,7 @@ def test_a_case_from_a_lagging_index_shows_stale_and_scope_violation_for_exactly
     status = {c.resource_id: scope_status(RankedItem(c.unit_id, c.resource_id, c.resource_hash), corpus) for c in top}
     assert {r for r, s in status.items() if s is ScopeStatus.STALE} == {"wing.md"}
     assert {r for r, s in status.items() if s is ScopeStatus.SCOPE_VIOLATION} == {"layer.md"}
-    report = engine.evaluation_report(case_ids=[case.case_id]).to_dict()
+    report = plain(engine.evaluation_report(case_ids=[case.case_id]))
     final = report["levels"]["resource"]["variants"]["b4_reranked"]
     resources_in_top = len({c.resource_id for c in top})
     assert final["stale_result@20"]["mean"] == pytest.approx(1 / resources_in_top)

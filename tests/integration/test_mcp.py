@@ -17,7 +17,9 @@ import pytest
 from memory_core.domain.model import Source
 from memory_core.entrypoints.daemon import api, paths
 from memory_core.entrypoints.daemon.client import DaemonClient
+from memory_core.entrypoints.mcp import replies as mcp_replies
 from memory_core.entrypoints.mcp import server as mcp_server
+from memory_core.entrypoints.mcp import tools as mcp_tools
 from tests.daemon.test_launcher import stop_daemon
 from tests.daemon.test_server import memory_folder
 
@@ -29,9 +31,9 @@ QUESTION = "how do I roll back a deploy?"
 @pytest.mark.parametrize("tool", ["activate_memory", "list_projects"])
 def test_the_committed_tool_schema_is_current(tool: str) -> None:
     path = ROOT / "contracts" / f"mcp-{tool}.schema.json"
-    assert mcp_server.default_schema_path(tool) == path
-    assert path in [target for target, _, _ in mcp_server.schema_targets()]
-    assert path.read_text(encoding="utf-8") == mcp_server.render_schema(tool), (
+    assert mcp_tools.default_schema_path(tool) == path
+    assert path in [target for target, _, _ in mcp_tools.schema_targets()]
+    assert path.read_text(encoding="utf-8") == mcp_tools.render_schema(tool), (
         f"contracts/mcp-{tool}.schema.json drifted: run `memcore contracts generate`"
     )
 
@@ -47,18 +49,18 @@ def _type_arrays(value: Any, at: str = "$") -> list[str]:
 
 def test_nullable_types_are_anyof_branches_that_keep_their_constraints() -> None:
     """The Inspector's portability lint: a type array is lost on single-``type`` dialects."""
-    for tool, (_, _, input_schema, output_schema) in mcp_server.tool_definitions().items():
+    for tool, (_, _, input_schema, output_schema) in mcp_tools.tool_definitions().items():
         assert _type_arrays(input_schema) == [] and _type_arrays(output_schema) == [], tool
-    input_schema, _ = mcp_server.tool_schemas()
+    input_schema, _ = mcp_tools.tool_schemas()
     budget = input_schema["properties"]["budget"]
     assert budget["anyOf"] == [{"type": "integer", "minimum": 1, "maximum": 100000}, {"type": "null"}]
     assert budget["default"] is None and "description" in budget and "minimum" not in budget
     before = {"type": ["string", "null"], "maxLength": 3, "description": "d", "items": {"type": ["integer", "null"]}}
-    assert mcp_server.portable(before) == {"description": "d", "anyOf": [
+    assert mcp_tools.portable(before) == {"description": "d", "anyOf": [
         {"type": "string", "maxLength": 3, "items": {"anyOf": [{"type": "integer"}, {"type": "null"}]}},
         {"type": "null"}]}  # fmt: skip
     # A property may be named like a keyword: it is a schema all the same.
-    assert mcp_server.portable({"properties": {"type": {"type": ["boolean", "null"]}}}) == {
+    assert mcp_tools.portable({"properties": {"type": {"type": ["boolean", "null"]}}}) == {
         "properties": {"type": {"anyOf": [{"type": "boolean"}, {"type": "null"}]}}}  # fmt: skip
 
 
@@ -66,7 +68,7 @@ def test_the_tool_schemas_are_valid_and_self_contained() -> None:
     import jsonschema
     from referencing import Registry
 
-    input_schema, output_schema = mcp_server.tool_schemas()
+    input_schema, output_schema = mcp_tools.tool_schemas()
     for schema in (input_schema, output_schema):
         jsonschema.Draft202012Validator.check_schema(schema)
         assert schema["type"] == "object"
@@ -86,7 +88,7 @@ def test_the_tool_schemas_are_valid_and_self_contained() -> None:
     assert {"unit_id", "resource_id", "uri", "heading_path", "text", "token_count", "delta_action",
             "final_score"} <= set(fragment)
     assert {"fragments", "activation_state", "run_id", "revisions", "totals"} <= set(output_schema["required"])
-    list_input, list_output = mcp_server.list_tool_schemas()
+    list_input, list_output = mcp_tools.list_tool_schemas()
     for schema in (list_input, list_output):
         jsonschema.Draft202012Validator.check_schema(schema)
     assert jsonschema.Draft202012Validator(list_input).is_valid({})
@@ -179,7 +181,7 @@ def test_an_agent_activates_memory_through_mcp(tmp_path: Path) -> None:
         errors = {}
         for name in ("missing", "invalid", "not_indexed", "unknown"):
             assert seen[name].is_error and seen[name].structured_content is None, name
-            errors[name] = seen[name].meta[mcp_server.META_ERROR]
+            errors[name] = seen[name].meta[mcp_replies.META_ERROR]
         assert errors["missing"]["code"] == "project_not_found"
         assert "no project exists yet" in seen["missing"].content[0].text
         assert errors["invalid"]["code"] == "invalid_request"
@@ -281,8 +283,8 @@ def test_a_deeply_nested_activation_state_from_the_official_client_is_a_tool_err
     seen = anyio.run(drive_refused, home, tmp_path / "mcp.stderr")
     deep = seen["deep"]
     assert deep.is_error and deep.structured_content is None
-    assert deep.meta[mcp_server.META_ERROR]["code"] == "invalid_request"
-    assert deep.meta[mcp_server.META_ERROR]["details"]["reason"] == "too_deep"
+    assert deep.meta[mcp_replies.META_ERROR]["code"] == "invalid_request"
+    assert deep.meta[mcp_replies.META_ERROR]["details"]["reason"] == "too_deep"
     assert [t.name for t in seen["tools"]] == ["activate_memory", "list_projects"]
     assert paths.read_info(home) is None, "a refused line must not reach (or start) the daemon"
     assert "Traceback" not in (tmp_path / "mcp.stderr").read_text()
@@ -332,11 +334,11 @@ def test_every_raw_line_gets_an_answer(tmp_path: Path) -> None:
         (reply,) = by_id[request_id]
         result = reply["result"]
         assert result["isError"] and "structuredContent" not in result, reply
-        assert result["_meta"][mcp_server.META_ERROR]["code"] == code, reply
-        assert result["_meta"][mcp_server.META_ERROR]["details"]["reason"] == reason, reply
+        assert result["_meta"][mcp_replies.META_ERROR]["code"] == code, reply
+        assert result["_meta"][mcp_replies.META_ERROR]["details"]["reason"] == reason, reply
         assert result["content"][0]["text"].startswith(f"error[{code}]: "), reply
-    assert by_id[1][0]["result"]["_meta"][mcp_server.META_ERROR]["details"]["path"] == "$.params.arguments.query"
-    assert by_id[2][0]["result"]["_meta"][mcp_server.META_ERROR]["details"]["path"] == (
+    assert by_id[1][0]["result"]["_meta"][mcp_replies.META_ERROR]["details"]["path"] == "$.params.arguments.query"
+    assert by_id[2][0]["result"]["_meta"][mcp_replies.META_ERROR]["details"]["path"] == (
         "$.params.arguments.activation_state.units[0].unit_id")
     assert by_id[6][0]["error"]["code"] == -32600 and by_id[6][0]["error"]["data"]["error"]["code"] == "invalid_request"
     assert by_id[7][0]["error"]["code"] == -32600  # JSON, but not a JSON-RPC 2.0 message

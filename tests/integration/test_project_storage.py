@@ -107,7 +107,7 @@ def test_move_keeps_runs_cases_and_blobs_and_serves_from_the_new_place(
     assert snapshot(engine, base / "home") == before  # Runs, Cases, blobs: untouched
     again = engine.activate("alpha", QUERY).response
     assert [f.unit_id for f in again.fragments] == [f.unit_id for f in first.fragments]
-    assert engine.evaluation_report("alpha").case_count >= 1
+    assert engine.evaluation_report("alpha").cases >= 1
     assert engine.evaluations().get_case(case.case_id) == case
 
     # A new index publishes at the new place; another process (a new engine) finds it there.
@@ -247,7 +247,7 @@ def test_remove_keeps_cases_and_purge_removes_exactly_the_projects(home: tuple[P
     assert (kept.purged, kept.deleted_runs, kept.kept_pinned, kept.deleted_cases) == (False, 2, 1, 0)
     assert history(engine, "delta") == {delta_case.source_run_id: ("succeeded", True)}
     assert engine.evaluations().get_case(delta_case.case_id) == delta_case
-    assert engine.evaluation_report(case_ids=[delta_case.case_id]).case_count == 1
+    assert engine.evaluation_report(case_ids=[delta_case.case_id]).cases == 1
 
 
 def test_migration_adds_the_storage_column_without_losing_projects(tmp_path: Path) -> None:

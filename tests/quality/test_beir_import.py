@@ -20,6 +20,7 @@ from memory_core.adapters.sqlite import open_database
 from memory_core.adapters.sqlite.evaluation import SqliteEvaluationStore
 from memory_core.adapters.sqlite.runs import SqliteRunStore
 from memory_core.adapters.system.home import HomeLayout
+from memory_core.domain.canonical import plain
 from memory_core.entrypoints.bootstrap import utc_now
 from memory_core.evaluation.metrics import resource_ranking
 from memory_core.evaluation.report import VARIANTS, variant_ranking
@@ -99,11 +100,11 @@ def test_cranfield_imports_as_225_cases_with_the_reference_quality(imported: Imp
             assert ours["mrr"] == pytest.approx(trec[case.case_id]["recip_rank"], abs=1e-9)
     b3 = [report.per_case[c.case_id]["resource"]["b3_hybrid_rrf"]["ndcg@10"] for c in cases]
     assert sum(b3) / len(b3) == pytest.approx(means["b3_hybrid_rrf"], abs=1e-12)
-    counts = report.missed_counts()
-    assert sum(counts.values()) == len(report.missed) > 0
+    counts = report.missed_evidence.counts
+    assert sum(counts.values()) == len(report.missed_evidence.items) > 0
     print("\nresource nDCG@10", json.dumps(means), "missed", json.dumps(counts))
     print("unit nDCG@10", json.dumps({v: report.level("unit").variants[v]["ndcg@10"].mean for v in means}))
-    print("latency", json.dumps(report.latency.to_dict()["variants"]))
+    print("latency", json.dumps(plain(report.latency_ms)["variants"]))
 
 
 def test_the_cranfield_set_round_trips_through_a_fixture(imported: Imported, tmp_path: Path) -> None:

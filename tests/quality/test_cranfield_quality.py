@@ -34,7 +34,7 @@ from benchmarks.cranfield_quality import (
 from memory_core.domain.errors import InvalidRequest
 from memory_core.retrieval.exact import slug_words
 from memory_core.retrieval.rerankers import MAX, MINMAX, ConvexFusionReranker
-from memory_core.services.engine import Activation
+from memory_core.services.activation import Activation
 
 RRF_FLOOR = 0.54  # the data README's RRF is 0.555
 BM25_NOISE = 0.01

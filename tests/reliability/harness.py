@@ -24,6 +24,7 @@ import attrs
 
 from memory_core.adapters.in_memory.lexical import InMemoryLexicalIndexFactory, InMemoryLexicalSearcher
 from memory_core.adapters.in_memory.vectors import HashingEmbedder, WhitespaceTokenCounter
+from memory_core.adapters.storage_format import CONVERTER as STORED
 from memory_core.adapters.system.crash_points import CRASH_EXIT, CRASH_POINT_ENV
 from memory_core.domain.canonical import canonical_json
 from memory_core.domain.errors import GenerationCorrupted
@@ -57,7 +58,7 @@ class FileLexicalIndexFactory:
 
     def build(self, directory: Path, units: Sequence[Unit], *, previous: Path | None = None) -> None:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # always whole: ``previous`` unused
-        body = b"".join(canonical_json(u.to_dict()) + b"\n" for u in units)
+        body = b"".join(canonical_json(STORED.unstructure(u)) + b"\n" for u in units)
         fd = os.open(directory / self.FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as out:
             out.write(body)
@@ -68,7 +69,7 @@ class FileLexicalIndexFactory:
         except FileNotFoundError:
             raise GenerationCorrupted(f"no lexical index at {directory}", directory=str(directory)) from None
         twin = InMemoryLexicalIndexFactory()
-        twin.build(directory, [Unit.from_dict(json.loads(line)) for line in lines if line])
+        twin.build(directory, [STORED.structure(json.loads(line), Unit) for line in lines if line])
         return twin.open(directory)
 
 

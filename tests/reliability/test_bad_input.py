@@ -30,6 +30,7 @@ from memory_core.adapters.in_memory.storage import InMemoryBlobStore
 from memory_core.adapters.sqlite.database import open_database
 from memory_core.adapters.sqlite.evaluation import SqliteEvaluationStore
 from memory_core.adapters.sqlite.runs import SqliteRunStore
+from memory_core.adapters.storage_format import CONVERTER as STORED
 from memory_core.domain.canonical import sha256_hex
 from memory_core.domain.errors import InvalidRequest, MemoryCoreError
 from memory_core.domain.evaluation_errors import InvalidFixture
@@ -37,8 +38,9 @@ from memory_core.domain.model import ManifestEntry
 from memory_core.entrypoints.bootstrap import utc_now
 from memory_core.entrypoints.daemon.app import error_response
 from memory_core.entrypoints.wire_input import MAX_DEPTH, decode_json, encodable, too_deep
-from memory_core.evaluation.cases import Corpus, SourceTrace
+from memory_core.evaluation.cases import Corpus
 from memory_core.evaluation.fixture import load_fixture
+from memory_core.evaluation.fixture_format import TRACE, checked
 from memory_core.retrieval.profile import MAX_QUERY_CHARS
 from memory_core.services.beir_import import EngineWorkspace, import_beir
 from memory_core.services.engine import Engine
@@ -199,7 +201,7 @@ def reseal(doc: Any) -> None:
         b["sha256"], b["byte_size"] = sha256_hex(raw), len(raw)
 
     def corpus(c: Any) -> None:
-        fresh = Corpus.of(ManifestEntry.from_dict(r) for r in c["resources"]).corpus_id
+        fresh = Corpus.of(STORED.structure(r, ManifestEntry) for r in c["resources"]).corpus_id
         renamed[c["corpus_id"]], c["corpus_id"] = fresh, fresh
 
     def listed(key: str) -> list[Any]:
@@ -215,7 +217,9 @@ def reseal(doc: Any) -> None:
         def fix(case: Any = case) -> None:
             case["corpus_id"] = renamed.get(case["corpus_id"], case["corpus_id"])
             case["trace"]["effective_memory_hash"] = case["corpus_id"]
-            case["trace_hash"] = SourceTrace.from_dict(case["trace"]).trace_hash
+            # Built by the reader's own check, which stops at the first bad field: cattrs would
+            # collect one error per character of a 1 MB string where the candidates belong (GBs).
+            case["trace_hash"] = checked(TRACE, case["trace"]).trace_hash
 
         _quiet(fix)
 

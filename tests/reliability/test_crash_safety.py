@@ -24,7 +24,9 @@ import attrs
 import pytest
 
 from memory_core.adapters.sqlite import runs as sqlite_runs
+from memory_core.domain.canonical import plain
 from memory_core.runs.records import FAILED, SUCCEEDED
+from memory_core.runs.rules import INTERRUPTED
 from memory_core.services.engine import Engine
 
 from .harness import (
@@ -186,7 +188,7 @@ def check_activate(scenario: Crash, seeded: Seeded, tmp_path: Path, env: dict[st
     if scenario.name == "runs.complete.after_commit":
         assert crashed_run[1] == SUCCEEDED and crashed_run[3] > 0  # committed (answered or not)
     else:
-        assert crashed_run[1:] == (FAILED, sqlite_runs.INTERRUPTED, 0)
+        assert crashed_run[1:] == (FAILED, INTERRUPTED, 0)
     activations_still_work(engine)
 
 
@@ -194,7 +196,7 @@ def check_fail(scenario: Crash, seeded: Seeded, tmp_path: Path, env: dict[str, s
     crashed(run_child(seeded.home, "fail", crash=scenario.point, **{BROKEN_EMBEDDER_ENV: "1"}, **env))
     engine = restart_and_verify(seeded.home)
     new = _new_runs(engine, seeded)
-    assert [r[1:] for r in new] == [(FAILED, sqlite_runs.INTERRUPTED, 0)]
+    assert [r[1:] for r in new] == [(FAILED, INTERRUPTED, 0)]
     activations_still_work(engine)
 
 
@@ -231,7 +233,7 @@ def check_judge(scenario: Crash, seeded: Seeded, tmp_path: Path, env: dict[str, 
     version = service.get_case(case_id).judgment_version
     assert version == (3 if scenario.name.endswith("after_commit") else 2)
     for v in range(1, version + 1):  # every version holds exactly what was written as it
-        assert [j.to_dict() for j in service.judgments(case_id, v).judgments] == judgments_for(engine, case_id, v)
+        assert plain(service.judgments(case_id, v).judgments) == judgments_for(engine, case_id, v)
     assert (
         service.replace_judgments(case_id, version, judgments_for(engine, case_id, version + 1)).version == version + 1
     )
@@ -280,7 +282,7 @@ def check_recover(scenario: Crash, seeded: Seeded, tmp_path: Path, env: dict[str
     crashed(run_child(seeded.home, "activate", "1", crash="runs.start.after_commit", **env))
     crashed(run_child(seeded.home, "noop", crash=scenario.point, **env))  # recovery itself dies
     engine = restart_and_verify(seeded.home)
-    assert [r[1:] for r in _new_runs(engine, seeded)] == [(FAILED, sqlite_runs.INTERRUPTED, 0)]
+    assert [r[1:] for r in _new_runs(engine, seeded)] == [(FAILED, INTERRUPTED, 0)]
 
 
 def check_move(scenario: Crash, seeded: Seeded, tmp_path: Path, env: dict[str, str]) -> None:
@@ -363,7 +365,7 @@ def test_sigkill_at_random_moments_of_an_activation_loop_loses_nothing_acknowled
         engine = restart_and_verify(seeded.home)
         found = rows(engine, "SELECT run_id, status, error_code FROM retrieval_runs")
         statuses = {r[0]: tuple(r[1:]) for r in found}
-        interrupted = (FAILED, sqlite_runs.INTERRUPTED)
+        interrupted = (FAILED, INTERRUPTED)
         if seen and not sync_history and statuses.get(seen[-1]) == interrupted:
             in_flight += 1
             acknowledged.remove(seen[-1])

@@ -19,6 +19,7 @@ from memory_core.adapters.files.blob_store import FileBlobStore
 from memory_core.adapters.in_memory.vectors import HashingEmbedder
 from memory_core.adapters.sqlite.catalog import SqliteCatalog
 from memory_core.adapters.sqlite.runs import SqliteRunStore
+from memory_core.domain.canonical import plain
 from memory_core.domain.errors import (
     BlobCorrupted,
     GenerationCorrupted,
@@ -27,8 +28,10 @@ from memory_core.domain.errors import (
     StorageUnavailable,
 )
 from memory_core.domain.model import Source
+from memory_core.evaluation.cases import Case
 from memory_core.runs.records import FAILED, MAX_ERROR_SUMMARY, RunFailure, RunStart, RunTrace
-from memory_core.services.engine import STAGE_ERROR, ActivationResponse, Engine
+from memory_core.services.activation import STAGE_ERROR, ActivationResponse
+from memory_core.services.engine import Engine
 from memory_core.services.fixtures import evaluation_set
 from memory_core.services.indexing import LEXICAL_DIR, VECTOR_DIR
 
@@ -63,7 +66,7 @@ def answer(response: ActivationResponse) -> tuple[object, ...]:
     fragments = tuple(
         (f.unit_id, f.unit_hash, f.text, f.delta_action, f.final_rank, f.final_score) for f in response.fragments
     )
-    return fragments, response.activation_state.to_json(), response.state_fingerprint, dict(response.totals)
+    return fragments, plain(response.activation_state), response.state_fingerprint, dict(response.totals)
 
 
 def flip_byte(path: Path, offset: int | None = None) -> None:
@@ -264,17 +267,22 @@ def test_a_full_disk_during_indexing_is_a_typed_error_and_the_previous_generatio
 # -- a corrupted blob ----------------------------------------------------------------------------------
 
 
-def test_a_corrupted_blob_is_detected_on_read_and_export_and_never_served(home: Path) -> None:
+def _a_case_and_its_first_blob(home: Path) -> tuple[Engine, Case, bytes, FileBlobStore, str, bytes]:
+    """An engine with one case exported: (engine, case, fixture, blobs, a corpus digest, its body)."""
     engine = engine_for(home)
     run_id = engine.activate(PROJECT, QUERY).response.run_id
     assert run_id
     case = engine.create_evaluation_case(run_id)
     fixture = engine.export_evaluation_set()
-    service = engine.evaluations()
-    blobs = service.blobs
+    blobs = engine.evaluations().blobs
     assert isinstance(blobs, FileBlobStore)
-    digest = service.get_corpus(case.corpus_id).digests()[0]
-    original = blobs.get(digest)
+    digest = engine.evaluations().get_corpus(case.corpus_id).digests()[0]
+    return engine, case, fixture, blobs, digest, blobs.get(digest)
+
+
+def test_a_corrupted_blob_is_detected_on_read_and_export_and_never_served(home: Path) -> None:
+    engine, case, fixture, blobs, digest, original = _a_case_and_its_first_blob(home)
+    service = engine.evaluations()
     flip_byte(blobs.path_of(digest))
     with pytest.raises(BlobCorrupted) as read:
         blobs.get(digest)
@@ -291,15 +299,7 @@ def test_a_corrupted_blob_is_detected_on_read_and_export_and_never_served(home: 
 
 def test_importing_a_fixture_repairs_a_corrupted_blob(home: Path) -> None:
     """B8, fixed: a blob that fails verification is rewritten from the fixture's body, like a missing one."""
-    engine = engine_for(home)
-    run_id = engine.activate(PROJECT, QUERY).response.run_id
-    assert run_id
-    case = engine.create_evaluation_case(run_id)
-    fixture = engine.export_evaluation_set()
-    blobs = engine.evaluations().blobs
-    assert isinstance(blobs, FileBlobStore)
-    digest = engine.evaluations().get_corpus(case.corpus_id).digests()[0]
-    original = blobs.get(digest)
+    engine, case, fixture, blobs, digest, original = _a_case_and_its_first_blob(home)
     engine.evaluations().delete_case(case.case_id)
     flip_byte(blobs.path_of(digest))
     result = engine.import_evaluation_set(fixture)

@@ -24,6 +24,7 @@ from memory_core.domain.canonical import sha256_hex
 from memory_core.domain.evaluation_errors import EvaluationReplayCorpusMismatch, InvalidFixture
 from memory_core.domain.model import Source
 from memory_core.domain.resource_rules import DEFAULT_MAX_BYTES, MAX_RESOURCE_ID_BYTES, NAME_MAX_BYTES
+from memory_core.entrypoints.cli import wire
 from memory_core.evaluation.fixture import load_fixture
 from memory_core.services.beir_import import EngineWorkspace
 from memory_core.services.engine import Engine
@@ -168,7 +169,7 @@ def test_a_replay_checks_it_indexed_the_frozen_corpus_before_comparing(
     corpus = loaded.corpora[loaded.records[0].case.corpus_id]
     assert result.passed and result.compared == 1
     assert [(c.corpus_id, c.resources) for c in result.corpora] == [(corpus.corpus_id, len(corpus.resources))]
-    assert result.to_dict()["corpora"][0]["resources"] == 4
+    assert wire.to_json(result)["corpora"][0]["resources"] == 4
 
     largest = max(corpus.resources, key=lambda e: e.byte_size)
     small = FileSystemScanner(max_bytes=largest.byte_size - 1)

@@ -27,7 +27,7 @@ from memory_core.entrypoints.bootstrap import bootstrap_in_memory
 from memory_core.entrypoints.daemon import cli as daemon_cli
 from memory_core.entrypoints.daemon.app import create_app
 from memory_core.entrypoints.daemon.dispatch import Context
-from memory_core.entrypoints.daemon.server import bind_ui_socket
+from memory_core.entrypoints.daemon.sockets import bind_ui_socket
 from memory_core.entrypoints.ui import launch
 from memory_core.entrypoints.ui.app import STATIC, UI_METHODS, by_listener, content_disposition, create_ui_app
 from memory_core.entrypoints.ui.security import CSP, Secrets

@@ -19,6 +19,12 @@ export const METRICS = [
   ["recall@20", "Recall@20"], ["ndcg@10", "nDCG@10"], ["mrr", "MRR"],
   ["resource_diversity@10", "Diversity@10"], ["scope_violation@20", "Scope violation@20"], ["stale_result@20", "Stale result@20"],
 ];
+// What the source Run returned to the agent (its selected fragments, B4's order): docs/evaluation.md.
+export const RETURNED_METRICS = [
+  ["wasted_tokens", "Wasted tokens", "tokens returned on units judged 0 (mean per case; cases without any judgment excluded)", 1],
+  ["relevant_per_1k_tokens", "Relevant items per 1,000 tokens", "relevant items earned by the returned text per 1,000 of its tokens (cases without a relevant item or without returned tokens excluded)", 2],
+  ["changed_unit_reuse", "Reuse that skipped a changed unit", "reuse decisions whose resource the frozen corpus lacks or holds under another hash (mean per case)", 2],
+];
 const MISSED = {
   never_retrieved: "never retrieved (no unit in the fused recall set)",
   lost_in_fusion: "lost in fusion (ranked, but outside the rerank window)",
@@ -64,6 +70,21 @@ function metricTable(level, latency) {
   });
   return table(["Variant", ...METRICS.map(([, label]) => ({ text: label, num: true })),
     { text: "Warm p50", num: true }, { text: "Warm p95", num: true }], rows, { id: "benchmark", "aria-label": "B1–B4 benchmark" });
+}
+
+function returnedTable(level) {
+  const b4 = level.variants.b4_reranked || {};
+  const present = RETURNED_METRICS.filter(([k]) => b4[k]);
+  if (!present.length) return null; // a report from before these metrics
+  return h("div", null, h("h3", null, "What the agent was given"),
+    h("p", { class: "help" }, "The source Runs' returned fragments (B4's order). A reused fragment carries no text and returns 0 tokens."),
+    table(["Metric", { text: "Mean", num: true }, { text: "Cases counted", num: true }, { text: "Excluded", num: true }],
+      present.map(([k, label, help, digits]) => h("tr", { "data-metric": k },
+        h("th", { scope: "row", title: help }, label),
+        h("td", { class: "num" }, fmtNum(b4[k].mean, digits)),
+        h("td", { class: "num" }, String(b4[k].counted)),
+        h("td", { class: "num" }, String(b4[k].excluded)))),
+      { id: "returned", "aria-label": "What the agent was given" }));
 }
 
 /** Significant only when both agree: the interval excludes 0 and p < 0.05 (few cases rarely are). */
@@ -140,7 +161,7 @@ function reportPanel(report, levelName, onLevel) {
       h("label", { for: "level", class: "inline" }, "Level", levelSelect)),
     h("p", { class: "help" }, `${report.cases} case(s), ${report.reviewed_cases} reviewed. `,
       "These figures make the evaluation pipeline executable; they are a quality gate only once the cases are representative and reviewed."),
-    metricTable(level, report.latency_ms), chart,
+    metricTable(level, report.latency_ms), chart, returnedTable(level),
     h("h3", null, "Significance"), comparisonsPanel(level));
 }
 

@@ -1,0 +1,285 @@
+"""What each daemon method takes: one attrs request type per method of the dispatch table.
+
+Field metadata ``{"schema": {...}}`` adds JSON Schema keywords to the OpenAPI document; the
+converter enforces the types, the engine the rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from memory_core.domain.model import PROJECT_ID_RE, Source
+from memory_core.evaluation.cases import CASE_ID_RE, MAX_JUDGMENTS, MAX_NOTE_CHARS, Judgment
+from memory_core.evaluation.fixture import dump
+from memory_core.evaluation.metrics import MAX_RELEVANCE
+from memory_core.retrieval.activation_state import ActivationState
+from memory_core.retrieval.profile import MAX_BUDGET, MAX_QUERY_CHARS, MIN_BUDGET
+from memory_core.runs.records import FAILED, MAX_PAGE, RUNNING, SUCCEEDED
+from memory_core.services.corpus_search import MAX_CORPUS_PAGE, MAX_SEARCH_CHARS
+
+MAX_WAIT_FOR_INDEX_MS = 60_000  # activate_memory's wait for a pending re-index, at most
+
+
+@attrs.frozen
+class RuntimeStatusRequest:
+    """No inputs."""
+
+
+@attrs.frozen
+class AddProjectRequest:
+    project_id: str = attrs.field(
+        metadata={"schema": {"pattern": PROJECT_ID_RE.pattern, "description": "lowercase slug, 1-63 characters"}}
+    )
+    sources: tuple[Source, ...] = attrs.field(
+        metadata={"schema": {"minItems": 1, "description": "absolute paths, in precedence order"}}
+    )
+
+
+@attrs.frozen
+class ListProjectsRequest:
+    """No inputs."""
+
+
+@attrs.frozen
+class ShowProjectRequest:
+    project_id: str
+
+
+@attrs.frozen
+class RemoveProjectRequest:
+    project_id: str
+    purge: bool = attrs.field(
+        default=False,
+        metadata={"schema": {"description": "also delete the project's Evaluation Cases and their pinned Runs"}},
+    )
+
+
+@attrs.frozen
+class ShowProjectStorageRequest:
+    project_id: str
+
+
+@attrs.frozen
+class MoveProjectStorageRequest:
+    """Move a project's Local Storage (its rebuildable generations) to another directory."""
+
+    project_id: str
+    destination: str = attrs.field(
+        metadata={"schema": {"minLength": 1, "description": "absolute path of an empty or new directory"}}
+    )
+
+
+@attrs.frozen
+class ClearProjectStorageRequest:
+    """Delete a project's generations; the next index rebuilds them."""
+
+    project_id: str
+
+
+@attrs.frozen
+class IndexProjectRequest:
+    project_id: str
+    force: bool = attrs.field(default=False, metadata={"schema": {"description": "rebuild even when unchanged"}})
+
+
+@attrs.frozen
+class ActivateMemoryRequest:
+    project_id: str
+    query: str = attrs.field(
+        # Not blank: the engine trims the query and refuses an empty one.
+        metadata={"schema": {"minLength": 1, "maxLength": MAX_QUERY_CHARS, "pattern": "\\S"}}
+    )
+    budget: int | None = attrs.field(
+        default=None,
+        metadata={"schema": {"minimum": MIN_BUDGET, "maximum": MAX_BUDGET, "description": "token budget"}},
+    )
+    activation_state: ActivationState | None = attrs.field(
+        default=None,
+        metadata={"schema": {"description": "what the agent already holds: the previous answer's activation_state"}},
+    )
+    wait_for_index_ms: int = attrs.field(
+        default=0,
+        metadata={"schema": {"minimum": 0, "maximum": MAX_WAIT_FOR_INDEX_MS, "description": (
+            "wait up to this long for a re-index the daemon's watcher has pending for the project (changes it "
+            "saw, not yet served) before ranking; 0 (the default) answers at once from the current generation"
+        )}},
+    )
+
+
+RUN_STATUSES = (RUNNING, SUCCEEDED, FAILED)
+_TIME = "ISO-8601 date or date-time; without an offset it is UTC"
+
+
+@attrs.frozen
+class ListRetrievalRunsRequest:
+    """Filters combine with AND; Runs come newest first, a page at a time."""
+
+    project_id: str | None = None
+    status: str | None = attrs.field(default=None, metadata={"schema": {"enum": [*RUN_STATUSES, None]}})
+    since: str | None = attrs.field(
+        default=None, metadata={"schema": {"description": f"started at or after this time (inclusive); {_TIME}"}}
+    )
+    until: str | None = attrs.field(
+        default=None, metadata={"schema": {"description": f"started before this time (exclusive); {_TIME}"}}
+    )
+    query: str | None = attrs.field(
+        default=None, metadata={"schema": {"description": "only Runs whose query contains this text"}}
+    )
+    limit: int = attrs.field(default=50, metadata={"schema": {"minimum": 1, "maximum": MAX_PAGE}})
+    cursor: str | None = attrs.field(
+        default=None, metadata={"schema": {"description": "next_cursor of the previous page"}}
+    )
+
+
+@attrs.frozen
+class GetRetrievalRunRequest:
+    run_id: str
+    manifest: bool = attrs.field(
+        default=False,
+        metadata={"schema": {"description": "also return the Effective Memory manifest the Run saw at activation"}},
+    )
+
+
+@attrs.frozen
+class ClearRetrievalRunsRequest:
+    """Clear History: exactly one of ``project_id`` or ``all: true``."""
+
+    project_id: str | None = attrs.field(
+        default=None, metadata={"schema": {"description": "clear this project's unpinned Runs"}}
+    )
+    all: bool = attrs.field(
+        default=False, metadata={"schema": {"description": "clear every project's unpinned Runs"}}
+    )
+
+
+# -- Evaluation Sets: requests ----------------------------------------------------------------
+_CASE_ID = {"pattern": CASE_ID_RE.pattern, "description": "an Evaluation Case id"}
+
+
+@attrs.frozen
+class CreateEvaluationCaseRequest:
+    """Freeze a succeeded Run as an Evaluation Case (pins the Run); again for the same Run gives the same case."""
+
+    run_id: str
+
+
+@attrs.frozen
+class ListEvaluationCasesRequest:
+    """Every case, a project's, or the chosen ones (unknown ids are evaluation_case_not_found)."""
+
+    project_id: str | None = None
+    case_ids: tuple[str, ...] | None = attrs.field(
+        default=None, metadata={"schema": {"description": "only these cases (with project_id: those of it)"}}
+    )
+
+
+@attrs.frozen
+class GetEvaluationCaseRequest:
+    case_id: str = attrs.field(metadata={"schema": _CASE_ID})
+
+
+@attrs.frozen
+class SearchCorpusResourcesRequest:
+    """A page of a case's frozen corpus: resources whose id or body contains text (any case).
+
+    In manifest order; without ``text``, every resource. A call reads a bounded amount of bodies,
+    so a page may hold fewer than ``limit`` matches while ``next_cursor`` is not null."""
+
+    case_id: str = attrs.field(metadata={"schema": _CASE_ID})
+    text: str | None = attrs.field(default=None, metadata={"schema": {"maxLength": MAX_SEARCH_CHARS}})
+    limit: int = attrs.field(default=20, metadata={"schema": {"minimum": 1, "maximum": MAX_CORPUS_PAGE}})
+    cursor: str | None = attrs.field(
+        default=None, metadata={"schema": {"description": "next_cursor of the previous page"}}
+    )
+
+
+@attrs.frozen
+class JudgmentInput:
+    """One judgment: relevance 0-3 of exactly one target, given as unit_id or resource_id.
+
+    ``unit_id`` names a unit of the source trace, ``resource_id`` a resource of the frozen corpus
+    (a relevant resource the Run did not select is missed evidence)."""
+
+    relevance: int = attrs.field(metadata={"schema": {"minimum": 0, "maximum": MAX_RELEVANCE}})
+    unit_id: str | None = attrs.field(default=None, metadata={"schema": {"type": "string", "minLength": 1}})
+    resource_id: str | None = attrs.field(default=None, metadata={"schema": {"type": "string", "minLength": 1}})
+    note: str | None = attrs.field(default=None, metadata={"schema": {"maxLength": MAX_NOTE_CHARS}})
+
+    @classmethod
+    def of(cls, judgment: Judgment) -> JudgmentInput:
+        return cls(judgment.relevance, judgment.unit_id, judgment.resource_id, judgment.note)
+
+    def to_judgment(self) -> Judgment:
+        return Judgment(self.relevance, self.unit_id, self.resource_id, self.note)
+
+
+@attrs.frozen
+class ReplaceEvaluationJudgmentsRequest:
+    """Replace a case's whole judgment set (compare-and-set on its version)."""
+
+    case_id: str = attrs.field(metadata={"schema": _CASE_ID})
+    expected_judgment_version: int = attrs.field(
+        metadata={"schema": {"minimum": 0, "description": "the version you edited (0: none yet)"}}
+    )
+    judgments: tuple[JudgmentInput, ...] = attrs.field(metadata={"schema": {"maxItems": MAX_JUDGMENTS}})
+
+
+@attrs.frozen
+class MarkEvaluationReviewedRequest:
+    """Record that a person reviewed (or, with ``reviewed: false``, un-reviewed) the current judgments."""
+
+    case_id: str = attrs.field(metadata={"schema": _CASE_ID})
+    expected_judgment_version: int = attrs.field(metadata={"schema": {"minimum": 0}})
+    reviewed: bool = True
+
+
+@attrs.frozen
+class EvaluationReportRequest:
+    """The B1-B4 report of every case, a project's, or the chosen ones."""
+
+    project_id: str | None = None
+    case_ids: tuple[str, ...] | None = None
+
+
+@attrs.frozen
+class ExportEvaluationSetRequest:
+    """The self-contained fixture of every case, a project's, or the chosen ones."""
+
+    project_id: str | None = None
+    case_ids: tuple[str, ...] | None = None
+    with_history: bool = attrs.field(
+        default=False, metadata={"schema": {"description": "include earlier judgment versions"}}
+    )
+    with_uris: bool = attrs.field(
+        default=False,
+        metadata={
+            "schema": {
+                "description": "keep each resource's file:/// URI (local paths); by default a resource's uri is "
+                "its resource_id"
+            }
+        },
+    )
+
+
+@attrs.frozen
+class EvaluationFixture:
+    """An evaluation fixture document, passed whole: the wire value is the document itself.
+
+    Its JSON Schema is ``contracts/evaluation-fixture.schema.json``."""
+
+    document: Mapping[str, Any]
+
+    def to_bytes(self) -> bytes:
+        """The file ``memcore eval export`` writes: canonical JSON and a newline."""
+        return dump(self.document)
+
+
+@attrs.frozen
+class ImportEvaluationSetRequest:
+    """Import a fixture: every hash verified first; all or nothing."""
+
+    fixture: EvaluationFixture
+

@@ -1,0 +1,390 @@
+"""One activation (seed "Activation"; docs/ranking.md): validate, start a Run, rank the open
+generation, select within the budget, compare with the live memory, record the trace.
+
+The ``Engine`` facade calls ``activate`` with itself as the ``ActivationParts``: each call reads
+the engine's parts as they are then (a test swaps the recorder, the daemon the live memory).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import attrs
+
+from memory_core.domain.canonical import is_utf8_text
+from memory_core.domain.errors import (
+    InvalidBudget,
+    InvalidQuery,
+    MemoryCoreError,
+    ProjectNotIndexed,
+    RetrievalFailed,
+    RunNotFound,
+)
+from memory_core.domain.model import Generation, validate_project_id
+from memory_core.ports import (
+    Catalog,
+    Embedder,
+    GenerationStore,
+    LexicalIndexFactory,
+    LiveMemory,
+    ManifestStore,
+    Reranker,
+    VectorIndexFactory,
+)
+from memory_core.ports.runs import RunRecorder
+from memory_core.retrieval.activation_state import ActivationState
+from memory_core.retrieval.exact import REVISION as EXACT_REVISION
+from memory_core.retrieval.pipeline import SELECTED, Candidate, apply_rerank, fuse
+from memory_core.retrieval.profile import MAX_BUDGET, MAX_QUERY_CHARS, MIN_BUDGET, RankingProfile
+from memory_core.retrieval.selection import Limits, select
+from memory_core.runs.records import RunFailure, RunStart, RunTrace
+from memory_core.services.freshness import Freshness, read_live
+from memory_core.services.indexing import Indexer
+from memory_core.services.open_generations import OpenGeneration, OpenGenerations
+
+log = logging.getLogger(__name__)
+
+# The error code of a stage failing with an exception that is not a MemoryCoreError (a model's
+# RuntimeError, say): a stable code, the same in the failed Run and in the RetrievalFailed; the
+# exception's class and message go to the Run's error_summary and the error's message.
+STAGE_ERROR = "stage_error"
+
+
+def error_code_of(exc: Exception) -> str:
+    return exc.code if isinstance(exc, MemoryCoreError) else STAGE_ERROR
+
+
+@attrs.frozen
+class Fragment:
+    unit_id: str
+    unit_hash: str
+    resource_id: str
+    uri: str
+    heading_path: tuple[str, ...]
+    text: str | None  # None when the action is ``reuse``: the agent already holds it
+    token_count: int
+    delta_action: str
+    final_rank: int
+    final_score: float | None
+
+    @classmethod
+    def from_candidate(cls, c: Candidate, uri: str) -> Fragment:
+        assert c.delta_action is not None
+        return cls(
+            unit_id=c.unit.unit_id,
+            unit_hash=c.unit.unit_hash,
+            resource_id=c.unit.resource_id,
+            uri=uri,
+            heading_path=c.unit.heading_path,
+            text=None if c.delta_action == "reuse" else c.unit.text,
+            token_count=c.unit.token_count,
+            delta_action=c.delta_action,
+            final_rank=c.final_rank,
+            final_score=c.final_score,
+        )
+
+
+@attrs.frozen
+class ActivationResponse:
+    run_id: str | None
+    project_id: str
+    query: str
+    fragments: tuple[Fragment, ...]
+    activation_state: ActivationState  # the next state, ready to send back
+    state_fingerprint: str  # fingerprint of the state this request carried
+    revisions: Mapping[str, str]
+    totals: Mapping[str, int]
+    latency_ms: Mapping[str, float]
+    freshness: Freshness
+
+
+@attrs.frozen
+class Activation:
+    """The response and the ranked candidates it was built from (final order)."""
+
+    response: ActivationResponse
+    candidates: tuple[Candidate, ...]
+
+
+class ActivationParts(Protocol):
+    """What an activation reads of its engine (``Engine`` is one)."""
+
+    @property
+    def catalog(self) -> Catalog: ...
+    @property
+    def manifests(self) -> ManifestStore: ...
+    @property
+    def generations(self) -> GenerationStore: ...
+    @property
+    def indexer(self) -> Indexer: ...
+    @property
+    def embedder(self) -> Embedder: ...
+    @property
+    def lexical(self) -> LexicalIndexFactory: ...
+    @property
+    def vectors(self) -> VectorIndexFactory: ...
+    @property
+    def reranker(self) -> Reranker: ...
+    @property
+    def now(self) -> Callable[[], str]: ...
+    @property
+    def recorder(self) -> RunRecorder: ...
+    @property
+    def profile(self) -> RankingProfile: ...
+    @property
+    def live_memory(self) -> LiveMemory | None: ...
+
+
+class _StageClock:
+    def __init__(self) -> None:
+        self.latency_ms: dict[str, float] = {}
+        self.stage = "validate"
+        self._last = time.perf_counter()
+        self._start = self._last
+
+    def begin(self, stage: str) -> None:
+        self.stage = stage
+        self._last = time.perf_counter()
+
+    def end(self) -> None:
+        self.latency_ms[self.stage] = round((time.perf_counter() - self._last) * 1000, 3)
+
+    def total(self) -> None:
+        self.latency_ms["total"] = round((time.perf_counter() - self._start) * 1000, 3)
+
+
+def _validate_query(query: object) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidQuery("query must be a non-empty string")
+    query = query.strip()
+    if len(query) > MAX_QUERY_CHARS:
+        raise InvalidQuery(f"query is longer than {MAX_QUERY_CHARS} characters", length=len(query))
+    if not is_utf8_text(query):
+        raise InvalidQuery("query is not valid Unicode text (it holds a lone surrogate)")
+    return query
+
+
+def _validate_budget(budget: object, default: int) -> int:
+    if budget is None:
+        return default
+    if isinstance(budget, bool) or not isinstance(budget, int) or not MIN_BUDGET <= budget <= MAX_BUDGET:
+        raise InvalidBudget(f"budget must be an integer from {MIN_BUDGET} to {MAX_BUDGET}", budget=budget)
+    return budget
+
+
+def revisions(generation: Generation | None, reranker: Reranker, profile: RankingProfile) -> dict[str, str]:
+    """The revisions (models, profile, index) an activation over ``generation`` answers with."""
+    revs = {
+        "exact": EXACT_REVISION,
+        "reranker_model": reranker.revision,
+        "ranking_profile": profile.revision,
+    }
+    if generation is not None:
+        revs.update(
+            {
+                "effective_memory_hash": generation.effective_memory_hash,
+                "index_revision": generation.index_revision,
+                "parser": generation.revisions.parser,
+                "chunker": generation.revisions.chunker,
+                "embedding_model": generation.revisions.embedding_model,
+                "lexical": generation.revisions.lexical,
+                "vector": generation.revisions.vector,
+            }
+        )
+    return revs
+
+
+def activate(
+    parts: ActivationParts,
+    served: OpenGenerations,
+    project_id: str,
+    query: str,
+    budget: int | None,
+    state: ActivationState | Mapping[str, Any] | None,
+) -> Activation:
+    """``Engine.activate``: ``served`` keeps the engine's open generations."""
+    clock = _StageClock()
+    # Validation: a request failing here gets a typed error and creates no Run.
+    project = parts.catalog.get_project(validate_project_id(project_id))
+    query = _validate_query(query)
+    token_budget = _validate_budget(budget, parts.profile.token_budget)
+    held = state if isinstance(state, ActivationState) else ActivationState.from_json(state)
+    clock.end()
+    recorder = parts.recorder
+    run_id = _record_start(recorder, RunStart(project_id, query, held.fingerprint, token_budget, parts.now()))
+    opened: OpenGeneration | None = None
+    warm = False
+    try:
+        clock.begin("load")
+        current = parts.catalog.current_generation(project_id)
+        opened, warm = served.serve(
+            project_id, current, parts.generations, parts.manifests, parts.lexical, parts.vectors
+        )
+        clock.end()
+        candidates, totals = _rank(parts, opened, query, token_budget, held, clock)
+    except Exception as exc:
+        clock.end()
+        clock.total()
+        _record_failure(parts, run_id, exc, clock, warm, opened)
+        if isinstance(exc, ProjectNotIndexed):
+            exc.details["run_id"] = run_id or None
+            raise
+        raise RetrievalFailed(
+            f"retrieval failed in stage {clock.stage}: {type(exc).__name__}: {exc}",
+            stage=clock.stage,
+            error_code=error_code_of(exc),
+            run_id=run_id or None,
+        ) from exc
+    generation = opened.generation
+    selected = [c for c in candidates if c.disposition == SELECTED]
+    fragments = tuple(Fragment.from_candidate(c, opened.uris.get(c.unit.resource_id, "")) for c in selected)
+    clock.begin("live_memory")
+    live, freshness = read_live(
+        parts.live_memory,
+        project,
+        opened,
+        (f.resource_id for f in fragments),
+        keep_blobs=parts.indexer.blobs if run_id else None,  # NullRecorder: ""
+        scanner=parts.indexer.scanner,
+    )
+    clock.end()
+    revs = revisions(generation, parts.reranker, parts.profile)
+    clock.total()
+    if run_id is not None:
+        trace = RunTrace(
+            # The Run records the memory the project saw now; the Index Revision (and the
+            # revisions' effective_memory_hash) name the generation that ranked it.
+            effective_memory_hash=live.hash if live is not None else generation.effective_memory_hash,
+            index_revision=generation.index_revision,
+            revisions=revs,
+            candidates=candidates,
+            latency_ms=dict(clock.latency_ms),
+            warm=warm,
+            fragment_count=len(fragments),
+            token_count=totals["tokens"],
+            finished_at=parts.now(),
+            live_memory=live if live is not None and live.hash != generation.effective_memory_hash else None,
+        )
+        try:
+            recorder.complete(run_id, trace)
+        except Exception:
+            log.exception("could not record Retrieval Run %s; the answer is unchanged", run_id)
+            _abandon(parts, run_id, clock, warm)
+            run_id = None
+    response = ActivationResponse(
+        run_id=run_id or None,
+        project_id=project_id,
+        query=query,
+        fragments=fragments,
+        activation_state=held.updated({f.unit_id: f.unit_hash for f in fragments}),
+        state_fingerprint=held.fingerprint,
+        revisions=revs,
+        totals={**totals, "candidates": len(candidates), "budget": token_budget},
+        latency_ms=dict(clock.latency_ms),
+        freshness=freshness,
+    )
+    return Activation(response, tuple(candidates))
+
+
+def _rank(
+    parts: ActivationParts,
+    opened: OpenGeneration,
+    query: str,
+    budget: int,
+    held: ActivationState,
+    clock: _StageClock,
+) -> tuple[list[Candidate], dict[str, int]]:
+    p = parts.profile
+    embedder = parts.embedder
+    clock.begin("exact")
+    exact = opened.exact.search(query)
+    clock.end()
+    clock.begin("bm25")
+    bm25 = opened.lexical.search(query, p.lexical_depth)
+    clock.end()
+    clock.begin("embed_query")
+    built_with = opened.generation.revisions.embedding_model
+    if built_with != embedder.revision:
+        # Query and unit vectors of two model revisions (say fp32 and int8) are not comparable.
+        raise ProjectNotIndexed(
+            f"project {opened.generation.project_id!r} was indexed with embedding model {built_with!r}, "
+            f"this process embeds with {embedder.revision!r}: run `memcore index "
+            f"{opened.generation.project_id}`",
+            project=opened.generation.project_id,
+        )
+    query_vector = embedder.embed_query(query)
+    clock.end()
+    clock.begin("dense")
+    dense = opened.vectors.search(query_vector, p.dense_depth)
+    clock.end()
+    clock.begin("fusion")
+    fused = fuse(opened.units, exact, bm25, dense, p.rrf_k)
+    window = fused[: p.rerank_depth]
+    missing = [c for c in window if c.dense_similarity is None]
+    if missing:
+        sims = opened.vectors.similarities(query_vector, [c.unit.unit_id for c in missing])
+        for c, sim in zip(missing, sims, strict=True):
+            c.dense_similarity = float(sim)
+    clock.end()
+    clock.begin("rerank")
+    scores = parts.reranker.rerank(query, window)
+    final = apply_rerank(fused, p.rerank_depth, scores)
+    clock.end()
+    clock.begin("select")
+    limits = Limits(budget, p.max_fragments, p.per_resource_limit, p.min_final_score)
+    totals = select(final, limits, held)
+    clock.end()
+    return final, {"selected": totals.selected, "tokens": totals.tokens, "reused": totals.reused}
+
+
+# -- recording (history never changes the agent's answer) -------------------------------------
+
+
+def _record_start(recorder: RunRecorder, run: RunStart) -> str | None:
+    try:
+        return recorder.start(run)
+    except Exception:
+        log.exception("could not start a Retrieval Run; the answer is unchanged")
+        return None
+
+
+def _record_failure(
+    parts: ActivationParts,
+    run_id: str | None,
+    exc: Exception,
+    clock: _StageClock,
+    warm: bool,
+    opened: OpenGeneration | None,
+) -> None:
+    if run_id is None:
+        return
+    generation = opened.generation if opened is not None else None
+    failure = RunFailure.bounded(
+        error_stage=clock.stage,
+        error_code=error_code_of(exc),
+        error_summary=f"{type(exc).__name__}: {exc}",
+        latency_ms=dict(clock.latency_ms),
+        warm=warm,
+        finished_at=parts.now(),
+        effective_memory_hash=generation.effective_memory_hash if generation else None,
+        index_revision=generation.index_revision if generation else None,
+        revisions=revisions(generation, parts.reranker, parts.profile),
+    )
+    try:
+        parts.recorder.fail(run_id, failure)
+    except Exception:
+        log.exception("could not record the failure of Retrieval Run %s", run_id)
+
+
+def _abandon(parts: ActivationParts, run_id: str, clock: _StageClock, warm: bool) -> None:
+    """Best effort: a Run whose trace could not be written must not stay ``running``."""
+    try:
+        failure = RunFailure.history_write_failed(dict(clock.latency_ms), warm, parts.now())
+        parts.recorder.fail(run_id, failure)
+    except RunNotFound:
+        pass  # its start was never written either (the store inserts it while we rank)
+    except Exception:
+        log.warning("Retrieval Run %s stays running until recovery", run_id)
