@@ -58,9 +58,9 @@ _OUTPUT = "embeddings"
 
 def default_cache_dir() -> Path:
     """``models/`` in the memory-core home (``MEMORY_CORE_HOME`` or the platform's data folder)."""
-    from memory_core.adapters.system.home import resolve_home
+    from memory_core.adapters.system.home import HomeLayout, resolve_home
 
-    return resolve_home() / "models"
+    return HomeLayout.at(resolve_home()).models_dir
 
 
 class OnnxMiniLMEmbedder:

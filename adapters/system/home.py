@@ -76,6 +76,11 @@ class HomeLayout:
     def projects_dir(self) -> Path:
         return self.root / "projects"
 
+    @property
+    def models_dir(self) -> Path:
+        """Models built from shipped weights (the ONNX graph), owner-only like the rest."""
+        return self.root / "models"
+
     def project_dir(self, project_id: str) -> Path:
         """``projects/<project_id>/``; the id is validated so it can never escape the home."""
         return self.projects_dir / validate_project_id(project_id)

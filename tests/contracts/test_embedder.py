@@ -7,6 +7,8 @@ import string
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import cast
 
 import pytest
 from hypothesis import given, settings
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 
 from memory_core.adapters.in_memory.vectors import HashingEmbedder, WhitespaceTokenCounter
 from memory_core.adapters.models.minilm import MiniLMEmbedder, MiniLMTokenCounter
+from memory_core.adapters.models.onnx_minilm import OnnxMiniLMEmbedder
 from memory_core.ports import Embedder
 from memory_core.retrieval.chunking import TokenCounter
 
@@ -30,11 +33,27 @@ def minilm() -> MiniLMEmbedder:
     return embedder
 
 
-@pytest.fixture(scope="module", params=[pytest.param("minilm", marks=pytest.mark.slow), "hashing"])
+@pytest.fixture(scope="module")
+def onnx_minilm(tmp_path_factory: pytest.TempPathFactory) -> OnnxMiniLMEmbedder:
+    embedder = OnnxMiniLMEmbedder(cache_dir=tmp_path_factory.mktemp("models"))
+    embedder.load()
+    return embedder
+
+
+MINILM_PATHS = [pytest.param("minilm", marks=pytest.mark.slow), pytest.param("onnx_minilm", marks=pytest.mark.slow)]
+
+
+@pytest.fixture(scope="module", params=[*MINILM_PATHS, "hashing"])
 def embedder(request: pytest.FixtureRequest) -> Embedder:
-    if request.param == "minilm":
-        return request.getfixturevalue("minilm")
-    return HashingEmbedder()
+    if request.param == "hashing":
+        return HashingEmbedder()
+    return cast(Embedder, request.getfixturevalue(request.param))
+
+
+@pytest.fixture(scope="module", params=MINILM_PATHS)
+def any_minilm(request: pytest.FixtureRequest) -> Embedder:
+    """MiniLM on each inference path that gives fp32's vectors: torch and ONNX Runtime (the default)."""
+    return cast(Embedder, request.getfixturevalue(request.param))
 
 
 def norm(v: Sequence[float]) -> float:
@@ -93,17 +112,18 @@ def test_related_text_scores_higher(embedder: Embedder) -> None:
 
 
 @pytest.mark.slow
-def test_minilm_revision_names_model_and_weights_hash(minilm: MiniLMEmbedder) -> None:
-    name, _, digest = minilm.revision.partition("@")
+def test_minilm_revision_names_model_and_weights_hash(any_minilm: Embedder) -> None:
+    name, _, rest = any_minilm.revision.partition("@")
+    digest = rest.partition("+")[0]  # a path other than torch fp32 names itself after a "+"
     assert name == "all-MiniLM-L6-v2"
     assert len(digest) == 12 and all(c in string.hexdigits for c in digest)
-    assert minilm.dimensions == 384
+    assert any_minilm.dimensions == 384
 
 
 @pytest.mark.slow
-def test_minilm_semantics_beyond_shared_words(minilm: MiniLMEmbedder) -> None:
-    query = minilm.embed_query(QUERY)
-    runbook, coffee = minilm.embed_documents(
+def test_minilm_semantics_beyond_shared_words(any_minilm: Embedder) -> None:
+    query = any_minilm.embed_query(QUERY)
+    runbook, coffee = any_minilm.embed_documents(
         [
             "Runbook: reverting a bad release. Redeploy the last good build tag and verify health checks.",
             COFFEE,
@@ -113,16 +133,16 @@ def test_minilm_semantics_beyond_shared_words(minilm: MiniLMEmbedder) -> None:
 
 
 @pytest.mark.slow
-def test_minilm_truncates_long_texts(minilm: MiniLMEmbedder) -> None:
+def test_minilm_truncates_long_texts(any_minilm: Embedder) -> None:
     """Past 256 tokens the text is cut: what follows cannot change the vector."""
     head = "the wing in a slipstream " * 80  # ~400 tokens
-    a, b = minilm.embed_documents([head + "coffee", head + "rollback runbook"])
+    a, b = any_minilm.embed_documents([head + "coffee", head + "rollback runbook"])
     assert list(a) == pytest.approx(list(b), abs=1e-6)
 
 
 @pytest.mark.slow
-def test_minilm_returns_float32_rows(minilm: MiniLMEmbedder) -> None:
-    vector = minilm.embed_query(QUERY)
+def test_minilm_returns_float32_rows(any_minilm: Embedder) -> None:
+    vector = any_minilm.embed_query(QUERY)
     assert str(vector.dtype) == "float32" and vector.shape == (384,)
 
 
@@ -185,3 +205,22 @@ def test_minilm_counter_agrees_with_the_embedder_tokenizer(minilm: MiniLMEmbedde
     tokenizer = minilm._tokenizer  # the transformers tokenizer the embedder truncates with
     for text in DOCS + [QUERY, "ADR-0042 snake_case CamelCase 3.14"]:
         assert counter.count(text) == len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def test_the_torch_paths_without_torch_name_the_extra(tmp_path: Path) -> None:
+    """torch and transformers are the optional `torch` extra: without them the torch embedder and
+    the cross-encoder fail with a typed error naming the extra, and the default path still runs."""
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None  # importing torch now raises ImportError, as when not installed\n"
+        "from memory_core.adapters.models.minilm import MiniLMEmbedder, ModelUnavailable, TORCH_EXTRA\n"
+        "from memory_core.adapters.models.cross_encoder import CrossEncoderReranker\n"
+        "for load in (MiniLMEmbedder().load, CrossEncoderReranker(sys.argv[1]).load):\n"
+        "    try:\n"
+        "        load()\n"
+        "    except ModelUnavailable as e:\n"
+        "        assert TORCH_EXTRA in str(e) and e.code == 'model_unavailable', e\n"
+        "    else:\n"
+        "        raise AssertionError('loaded without torch')\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, timeout=120)
