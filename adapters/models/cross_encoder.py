@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memory_core.adapters.models.minilm import available_cores, file_sha256, quiet_model_loading
+from memory_core.adapters.models.minilm import available_cores, file_sha256, quiet_model_loading, require_torch
 from memory_core.domain.errors import InvalidRequest
 from memory_core.retrieval.pipeline import RerankInput
 
@@ -72,6 +72,7 @@ class CrossEncoderReranker:
         with self._lock:
             if self._model is not None:
                 return
+            require_torch()
             from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
             with quiet_model_loading():

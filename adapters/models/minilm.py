@@ -97,6 +97,22 @@ def quiet_model_loading() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+# torch and transformers are an optional extra: the default embedder runs on ONNX Runtime.
+TORCH_EXTRA = "pip install 'memory-core[torch]'"
+
+
+def require_torch() -> None:
+    """Import torch and transformers, or raise ModelUnavailable naming the extra that installs them."""
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as e:
+        raise ModelUnavailable(
+            f"this inference path needs torch and transformers, an optional extra: {TORCH_EXTRA} ({e})",
+            missing=e.name,
+        ) from e
+
+
 class ModelUnavailable(MemoryCoreError):
     """The embedding model could not be loaded (missing or corrupt files, an unknown format) or
     its inference failed to start; an activation fails with this code in its ``embed_query``
@@ -181,6 +197,7 @@ class MiniLMEmbedder:
         with self._load_lock:
             if self._model is not None:
                 return
+            require_torch()
             from transformers import AutoModel, AutoTokenizer
 
             # Never above the cores this process may run on (containers often report more).
