@@ -307,6 +307,44 @@ def test_every_method_refuses_structural_junk_with_the_envelope(
             assert reply.status_code == 400 and code in ("invalid_request", "invalid_json"), (method.name, code)
 
 
+# Every string field of every method gets each of these, on both HTTP transports (the UI port:
+# its UI_METHODS): the hypothesis tests above sample (method, field) pairs, so a field of a large
+# request (a fixture has over a hundred) may never be drawn there.
+HOSTILE = {
+    "lone-surrogate": ("string", "\ud800"),
+    "cesu8-surrogate": ("raw-bytes", "\udfff tail"),  # sent unescaped: bytes that are not UTF-8
+    "nul": ("string", "a\x00b"),
+    "bidi": ("string", "ledger\u202e"),
+    "one-mebibyte": ("string", "x" * (1 << 20)),
+}
+
+
+def hostile_requests(served: Served, names: frozenset[str] | None = None) -> Iterator[tuple[str, bytes]]:
+    for name, base, leaves in methods_with_strings(served, names):
+        for leaf in leaves:
+            for kind, value in HOSTILE.values():
+                if leaf[-1] in ("path", "destination"):
+                    value = served.sandboxed(value)
+                escaped = kind != "raw-bytes"
+                yield f"{name} {leaf}", encode(with_value(base, leaf, MARK), ("string", value), escaped)
+
+
+@pytest.mark.parametrize("transport", ["socket", "ui"])
+def test_every_string_field_of_every_method_gets_each_hostile_value(
+    served: Served, socket: httpx.Client, ui: httpx.Client, transport: str
+) -> None:
+    """Systematic: (method, string field, hostile value) for all of them; each answer is below 500
+    and the JSON envelope (a refusal is 4xx; a value a field may hold, say a bidi mark in a note,
+    may also succeed)."""
+    client, names = (socket, None) if transport == "socket" else (ui, UI_METHODS)
+    sent = 0
+    for what, body in hostile_requests(served, names):
+        assert_enveloped(post(client, what.split()[0], body), what)
+        sent += 1
+    print(f"{transport}: {sent} hostile requests")  # docs/reliability.md gives the count (-s shows it)
+    assert sent >= len(HOSTILE) * len(methods_with_strings(served, names))  # every method, at least one field
+
+
 # -- MCP: raw lines on the server's stdin -----------------------------------------------------------------
 class McpLines:
     """``memcore mcp`` on the served home, spoken to in raw lines; replies are read by a thread."""
