@@ -135,6 +135,7 @@ def run(quick: bool) -> dict[str, Any]:
 def measure_collection(root: Path, quick: bool) -> dict[str, Any]:
     from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
+    from benchmarks.api_overhead import start_daemon, stop_daemon
     from benchmarks.cranfield_quality import Cranfield, TrecEval, document_ranking, means, ordered
     from benchmarks.recording_overhead import index_folder, loadavg
     from memory_core.evaluation.metrics import paired_bootstrap, paired_randomization_p
@@ -167,25 +168,31 @@ def measure_collection(root: Path, quick: bool) -> dict[str, Any]:
             plain_minilm.load()
             embed = plain_minilm.embed_query
             history = engine.history
+            # The daemon on the same home, as `memcore mcp` starts it; it keeps its query-embedding
+            # cache, so it warms up on other texts and is timed in the first round only.
+            daemon, client = start_daemon(root / "home")
             with threadpool_limits(limits=1, user_api="blas"):
                 for text in list(cranfield.queries.values())[:WARMUP]:
                     peer.search(text, embed)
                     engine.activate(PROJECT, text)
+                    client.activate_memory(PROJECT, f"{text} (warm-up)")
                 load = [loadavg()]
-                lat: dict[str, list[float]] = {"peer": [], "ours": [], "ours_recorded": []}
+                lat: dict[str, list[float]] = {"peer": [], "ours": [], "ours_recorded": [], "ours_daemon": []}
                 ours_rankings: dict[str, dict[str, list[str]]] = {v: {} for v in OURS}
                 peer_lists: dict[str, dict[str, list[str]]] = {}
                 rounds = 1 if quick else 2
                 for r in range(rounds):
                     for i, q in enumerate(qids):
                         text = cranfield.queries[q]
-                        order = ["peer", "ours", "ours_recorded"]
+                        order = ["peer", "ours", "ours_recorded"] + (["ours_daemon"] if r == 0 else [])
                         if (i + r) % 2:
                             order.reverse()
                         for system in order:
                             t0 = time.perf_counter()
                             if system == "peer":
                                 lists = peer.search(text, embed)
+                            elif system == "ours_daemon":
+                                client.activate_memory(PROJECT, text)
                             else:
                                 engine.recorder = history if system == "ours_recorded" else NullRecorder()
                                 activation = engine.activate(PROJECT, text)
@@ -199,6 +206,9 @@ def measure_collection(root: Path, quick: bool) -> dict[str, Any]:
                 load.append(loadavg())
             unicode_lists = {q: peers["unicode61"].search(cranfield.queries[q], embed) for q in qids}
         finally:
+            if "daemon" in locals():
+                client.close()
+                stop_daemon(daemon)
             for p in locals().get("peers", {}).values():
                 p.close()
             engine.close()
@@ -215,6 +225,7 @@ def measure_collection(root: Path, quick: bool) -> dict[str, Any]:
     peer_ndcg = [per_query["peer_rrf"][q]["ndcg_cut_10"] for q in qids]
     interval = paired_bootstrap(ours_ndcg, peer_ndcg)
     latency = {k: stats(v) for k, v in lat.items()}
+    first_round = lat["peer"][: len(lat["ours_daemon"])]  # the peer's timings paired with the daemon's
     return {
         "collection": root.name,
         "quick": quick,
@@ -233,9 +244,11 @@ def measure_collection(root: Path, quick: bool) -> dict[str, Any]:
         "latency_samples": len(lat["peer"]),
         "ratio_p50_ours_over_peer": latency["ours"]["p50"] / latency["peer"]["p50"],
         "ratio_p50_ours_recorded_over_peer": latency["ours_recorded"]["p50"] / latency["peer"]["p50"],
+        "ratio_p50_ours_daemon_over_peer": latency["ours_daemon"]["p50"] / stats(first_round)["p50"],
         "ratio_p50_ci95": {
             "ours": p50_ratio_interval(lat["ours"], lat["peer"]),
             "ours_recorded": p50_ratio_interval(lat["ours_recorded"], lat["peer"]),
+            "ours_daemon": p50_ratio_interval(lat["ours_daemon"], first_round),
         },
         "build_s": {
             "ours_index": round(ours_index_s, 1),
@@ -386,9 +399,20 @@ def _render_collection(result: dict[str, Any], title: str) -> list[str]:
         _latency_row("peer (FTS5 + numpy + RRF, torch MiniLM)", lat["peer"]),
         _latency_row("memory-core, unrecorded", lat["ours"]),
         _latency_row("memory-core, recorded (the default)", lat["ours_recorded"]),
+        *(
+            [_latency_row("memory-core through its daemon (socket, recorded; first round)", lat["ours_daemon"])]
+            if "ours_daemon" in lat
+            else []
+        ),
         "",
         f"p50 of memory-core over the peer's: {ratio('ratio_p50_ours_over_peer', 'ours')} unrecorded, "
-        f"{ratio('ratio_p50_ours_recorded_over_peer', 'ours_recorded')} recorded (bootstrap over queries). "
+        f"{ratio('ratio_p50_ours_recorded_over_peer', 'ours_recorded')} recorded"
+        + (
+            f", {ratio('ratio_p50_ours_daemon_over_peer', 'ours_daemon')} through the daemon"
+            if "ours_daemon" in lat
+            else ""
+        )
+        + " (bootstrap over queries). "
         f"1-minute load average {'–'.join(f'{x:.1f}' for x in result['loadavg_1m'])} before and after: the "
         "machine is shared, so read the ratios, not the absolute figures. Building the peer's FTS5 table took "
         f"{result['build_s']['peer_fts5_porter']:.1f} s (the vectors were reused, not re-embedded). With FTS5's "
