@@ -272,3 +272,18 @@ def test_closed_searcher_refuses_to_search(tmp_path: Path) -> None:
     searcher.close()
     with pytest.raises(RuntimeError):
         searcher.search([1.0, 0.0], 1)
+
+
+def test_the_same_vectors_build_the_same_hnsw_graph(tmp_path: Path) -> None:
+    """Identical inputs rank identically (replay, evaluation): the HNSW graph is built on one
+    thread, since usearch's parallel insertion links other neighbours each build."""
+    n, dims = 3_000, 32
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((n, dims))
+    ids = [f"r{i}.md#0" for i in range(n)]
+    built = []
+    for attempt in range(3):
+        factory = UsearchIndexFactory(exact_limit=10)
+        factory.build(tmp_path / str(attempt), ids, vectors)
+        built.append((tmp_path / str(attempt) / HNSW_FILE).read_bytes())
+    assert built[0] == built[1] == built[2]
