@@ -27,6 +27,20 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def write_synced(fd: int, data: bytes) -> None:
+    """Write ``data`` to the open file ``fd``, fsync and close it: on disk before it is published."""
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path``, owner-only and fsynced (generation and index files)."""
+    write_synced(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE), data)
+    os.chmod(path, FILE_MODE)  # O_CREAT's mode does not reach a file that was already there
+
+
 class FileBlobStore:
     """Implements ``memory_core.ports.BlobStore``: atomic writes, reads verified by hash."""
 
@@ -51,10 +65,7 @@ class FileBlobStore:
         temp = shard / f"{TEMP_PREFIX}{secrets.token_hex(8)}"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
+            write_synced(fd, data)
             crash_point("blob.put.before_rename")
             os.replace(temp, target)
         except BaseException:

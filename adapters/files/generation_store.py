@@ -28,13 +28,19 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memory_core.adapters.files.blob_store import fsync_dir
+from memory_core.adapters.files.blob_store import fsync_dir, write_private
 from memory_core.adapters.storage_format import CONVERTER as STORED
 from memory_core.adapters.system.crash_points import crash_point
 from memory_core.domain.canonical import canonical_json
 from memory_core.domain.errors import GenerationCorrupted, InvalidRequest, InvalidStorageLocation
-from memory_core.domain.model import Unit, validate_project_id
-from memory_core.domain.storage_rules import REVISION_PATTERN, STAGING_PREFIX, check_revision  # noqa: F401
+from memory_core.domain.model import Unit
+from memory_core.domain.storage_rules import (
+    REVISION_PATTERN,
+    STAGING_PREFIX,
+    GenerationLayout,
+    check_revision,
+    is_staging,
+)
 
 TRASH_PREFIX = ".trash-"
 SEALED = "SEALED"
@@ -56,29 +62,15 @@ def _left_by_interrupted_copy(destination: Path) -> bool:
     )  # fmt: skip
 
 
-def _hash_and_sync(path: Path) -> str:
+def _hash_file(path: Path, *, sync: bool = False) -> str:
+    """SHA-256 of a file; ``sync``: fsync it too (sealing, before the rename publishes it)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
     return digest.hexdigest()
-
-
-def _hash_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _write_owner_only(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
 
 
 def read_seal(directory: Path) -> dict[str, str]:
@@ -100,7 +92,7 @@ def read_seal(directory: Path) -> dict[str, str]:
         ) from exc
 
 
-class FileGenerationStore:
+class FileGenerationStore(GenerationLayout):
     """Implements ``memory_core.ports.GenerationStore`` under ``projects_root``."""
 
     def __init__(
@@ -112,7 +104,6 @@ class FileGenerationStore:
         self.root = Path(projects_root)
         # A staging directory younger than this may belong to a build still running elsewhere.
         self.staging_ttl_s = staging_ttl_s
-        # The project's recorded Local Storage directory, None for the default (the catalog's).
         self._locate = locate
         # The last units written and each one's line, by identity (the indexer hands back the
         # same Unit objects for unchanged resources): a re-index serialises only new units. And
@@ -121,21 +112,6 @@ class FileGenerationStore:
         self._memo_lock = threading.Lock()
         self._lines: dict[int, tuple[Unit, bytes]] = {}
         self._written: tuple[str, tuple[Unit, ...]] | None = None
-
-    def default_location(self, project_id: str) -> Path:
-        return self.root / validate_project_id(project_id)
-
-    def location(self, project_id: str) -> Path:
-        """The directory that holds the project's ``generations/``."""
-        default = self.default_location(project_id)
-        recorded = self._locate(project_id) if self._locate is not None else None
-        return Path(recorded) if recorded else default
-
-    def generations_dir(self, project_id: str) -> Path:
-        return self.location(project_id) / "generations"
-
-    def generation_dir(self, project_id: str, index_revision: str) -> Path:
-        return self.generations_dir(project_id) / check_revision(index_revision)
 
     def list_generations(self, project_id: str) -> list[str]:
         """Index revisions published for the project, sorted."""
@@ -162,7 +138,7 @@ class FileGenerationStore:
             lines[id(u)] = (u, line)
         body = b"".join(lines[id(u)][1] for u in units)
         try:
-            _write_owner_only(Path(directory) / UNITS, body)
+            write_private(Path(directory) / UNITS, body)
         except FileNotFoundError:
             raise GenerationCorrupted(
                 f"staging directory {str(directory)!r} does not exist", directory=str(directory)
@@ -252,8 +228,7 @@ class FileGenerationStore:
 
     def discard(self, staging: Path) -> None:
         staging = Path(staging)
-        # A moved project stages outside ``root``: what marks ours is the name and the parent.
-        if not staging.name.startswith(STAGING_PREFIX) or staging.parent.name != "generations":
+        if not is_staging(staging):
             raise InvalidRequest(f"{str(staging)!r} is not a staging directory of this store")
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -363,7 +338,7 @@ class FileGenerationStore:
 
     def _own_staging(self, project_id: str, staging: Path) -> Path:
         staging = Path(staging)
-        if staging.parent != self.generations_dir(project_id) or not staging.name.startswith(STAGING_PREFIX):
+        if not is_staging(staging, self.generations_dir(project_id)):
             raise InvalidRequest(
                 f"{str(staging)!r} is not a staging directory of project {project_id!r}",
                 project=project_id,
@@ -379,10 +354,10 @@ class FileGenerationStore:
                 path = here / name
                 rel = path.relative_to(staging).as_posix()
                 if rel != SEALED:
-                    files[rel] = _hash_and_sync(path)
+                    files[rel] = _hash_file(path, sync=True)
             fsync_dir(here)
         seal = {"format": SEAL_FORMAT, "index_revision": index_revision, "files": files}
-        _write_owner_only(staging / SEALED, canonical_json(seal))
+        write_private(staging / SEALED, canonical_json(seal))
         fsync_dir(staging)
 
     def _keep_existing(self, target: Path) -> bool:

@@ -38,7 +38,14 @@ from memory_core.domain.resource_rules import (
     text_problem,
     too_large,
 )
-from memory_core.domain.storage_rules import STAGING_PREFIX, FileStamp, check_digest, check_revision
+from memory_core.domain.storage_rules import (
+    STAGING_PREFIX,
+    FileStamp,
+    GenerationLayout,
+    check_digest,
+    check_revision,
+    is_staging,
+)
 from memory_core.runs.rules import check_manifest
 
 
@@ -167,7 +174,7 @@ class InMemoryBlobStore:
         return iter(sorted(self.blobs))
 
 
-class InMemoryGenerationStore:
+class InMemoryGenerationStore(GenerationLayout):
     """GenerationStore port; directories are fake paths under ``/in-memory/projects``."""
 
     def __init__(self, locate: Callable[[str], str | None] | None = None) -> None:
@@ -180,19 +187,6 @@ class InMemoryGenerationStore:
         # Called with (staging, published) after a publish, as a real rename would move files:
         # in-memory index factories register their ``relocate`` here.
         self.on_publish: list[Callable[[Path, Path], None]] = []
-
-    def default_location(self, project_id: str) -> Path:
-        return self.root / validate_project_id(project_id)
-
-    def location(self, project_id: str) -> Path:
-        recorded = self._locate(project_id) if self._locate is not None else None
-        return Path(recorded) if recorded else self.default_location(project_id)
-
-    def generations_dir(self, project_id: str) -> Path:
-        return self.location(project_id) / "generations"
-
-    def generation_dir(self, project_id: str, index_revision: str) -> Path:
-        return self.generations_dir(project_id) / check_revision(index_revision)
 
     def list_generations(self, project_id: str) -> list[str]:
         gens = self.generations_dir(project_id)
@@ -209,7 +203,7 @@ class InMemoryGenerationStore:
         self._staging[directory] = list(units)
 
     def publish(self, project_id: str, staging: Path, index_revision: str) -> Path:
-        if staging.parent != self.generations_dir(project_id) or not staging.name.startswith(STAGING_PREFIX):
+        if not is_staging(staging, self.generations_dir(project_id)):
             raise InvalidRequest(f"{str(staging)!r} is not a staging directory of project {project_id!r}")
         target = self.generation_dir(project_id, index_revision)
         if staging not in self._staging:
@@ -245,7 +239,7 @@ class InMemoryGenerationStore:
             del self._published[path]
 
     def discard(self, staging: Path) -> None:
-        if not staging.name.startswith(STAGING_PREFIX) or staging.parent.name != "generations":
+        if not is_staging(staging):
             raise InvalidRequest(f"{str(staging)!r} is not a staging directory of this store")
         self._staging.pop(staging, None)
 

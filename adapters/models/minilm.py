@@ -30,7 +30,7 @@ import os
 import threading
 import unicodedata
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -126,6 +126,54 @@ def normalized_query(text: str) -> str:
     return " ".join(unicodedata.normalize("NFC", text).split())
 
 
+def check_inference(inference: str) -> str:
+    """One of ``INFERENCE_PATHS`` (both embedders offer the same two), else InvalidRequest."""
+    if inference not in INFERENCE_PATHS:
+        raise InvalidRequest(f"inference must be one of {', '.join(INFERENCE_PATHS)}", inference=inference)
+    return inference
+
+
+def weights_sha256(model_dir: Path) -> str:
+    """SHA-256 of the shipped weights, which every revision names; ModelUnavailable if unreadable."""
+    try:
+        return file_sha256(model_dir / WEIGHTS_FILE)
+    except OSError as e:
+        raise ModelUnavailable(f"cannot read the model weights: {e}", model_dir=str(model_dir)) from e
+
+
+class QueryCache:
+    """The bounded LRU of query vectors both MiniLM embedders keep (``size`` entries, 0: none),
+    keyed by the revision and the ``normalized_query``. A hit returns a copy, and a miss stores
+    one, so a caller writing into its vector cannot change the cache."""
+
+    def __init__(self, size: int) -> None:
+        if size < 0:
+            raise InvalidRequest("query_cache_size must be >= 0")
+        self.size = size
+        self._vectors: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def vector(self, revision: str, text: str, encode: Callable[[str], np.ndarray]) -> Vector:
+        """The cached vector of ``text``, else ``encode(text)``, kept as the most recent."""
+        key = (revision, normalized_query(text))
+        with self._lock:
+            cached = self._vectors.get(key)
+            if cached is not None:
+                self._vectors.move_to_end(key)
+                return cast(Vector, cached.copy())
+        # Encoded outside the lock: a slow miss never holds up another query's hit.
+        vector = encode(text)
+        if self.size:
+            with self._lock:
+                self._vectors[key] = vector.copy()
+                while len(self._vectors) > self.size:
+                    self._vectors.popitem(last=False)
+        return cast(Vector, vector)
+
+
 def available_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -155,14 +203,9 @@ class MiniLMEmbedder:
     ) -> None:
         if batch_size < 1 or max_length < 2:
             raise InvalidRequest("batch_size must be >= 1 and max_length >= 2")
-        if inference not in INFERENCE_PATHS:
-            raise InvalidRequest(f"inference must be one of {', '.join(INFERENCE_PATHS)}", inference=inference)
-        if query_cache_size < 0:
-            raise InvalidRequest("query_cache_size must be >= 0")
-        self.inference = inference
+        self.inference = check_inference(inference)
+        self._queries = QueryCache(query_cache_size)
         self.query_cache_size = query_cache_size
-        self._queries: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
-        self._queries_lock = threading.Lock()
         self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
         self.device = device
         self.batch_size = batch_size
@@ -181,10 +224,7 @@ class MiniLMEmbedder:
     @property
     def revision(self) -> str:
         if self._revision is None:
-            try:
-                digest = file_sha256(self.model_dir / WEIGHTS_FILE)
-            except OSError as e:
-                raise ModelUnavailable(f"cannot read the model weights: {e}", model_dir=str(self.model_dir)) from e
+            digest = weights_sha256(self.model_dir)
             self._revision = f"{MODEL_NAME}@{digest[:12]}{_REVISION_SUFFIX[self.inference]}"
         return self._revision
 
@@ -238,20 +278,8 @@ class MiniLMEmbedder:
         return cast(list[Vector], vectors)
 
     def embed_query(self, text: str) -> Vector:
-        key = (self.revision, normalized_query(text))
-        with self._queries_lock:
-            cached = self._queries.get(key)
-            if cached is not None:
-                self._queries.move_to_end(key)
-                return cast(Vector, cached.copy())  # a copy: a caller writing into it cannot change the cache
         self.load()
-        vector: np.ndarray = self._encode([text], self.query_threads)[0]
-        if self.query_cache_size:
-            with self._queries_lock:
-                self._queries[key] = vector.copy()
-                while len(self._queries) > self.query_cache_size:
-                    self._queries.popitem(last=False)
-        return cast(Vector, vector)
+        return self._queries.vector(self.revision, text, lambda t: self._encode([t], self.query_threads)[0])
 
     @property
     def cached_queries(self) -> int:

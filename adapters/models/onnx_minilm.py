@@ -28,7 +28,6 @@ import json
 import os
 import tempfile
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -43,15 +42,16 @@ from memory_core.adapters.models.minilm import (
     TOKENIZER_FILE,
     WEIGHTS_FILE,
     ModelUnavailable,
+    QueryCache,
     available_cores,
+    check_inference,
     default_model_dir,
     file_sha256,
-    normalized_query,
+    weights_sha256,
 )
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.model import Vector
 
-INFERENCE_PATHS = ("fp32", "int8")
 _REVISION_SUFFIX = {"fp32": "+onnx-fp32", "int8": "+onnx-int8-per-channel"}
 _OUTPUT = "embeddings"
 
@@ -82,20 +82,15 @@ class OnnxMiniLMEmbedder:
     ) -> None:
         if batch_size < 1 or max_length < 2 or query_threads < 1 or (batch_threads is not None and batch_threads < 1):
             raise InvalidRequest("batch_size, query_threads and batch_threads must be >= 1 and max_length >= 2")
-        if inference not in INFERENCE_PATHS:
-            raise InvalidRequest(f"inference must be one of {', '.join(INFERENCE_PATHS)}", inference=inference)
-        if query_cache_size < 0:
-            raise InvalidRequest("query_cache_size must be >= 0")
+        self.inference = check_inference(inference)
+        self._queries = QueryCache(query_cache_size)
         self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        self.inference = inference
         self.batch_size = batch_size
         self.max_length = max_length
         self.batch_threads = batch_threads
         self.query_threads = query_threads
         self.query_cache_size = query_cache_size
-        self._queries: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
-        self._queries_lock = threading.Lock()
         self._revision: str | None = None
         self._tokenizer: Any = None
         self._model_file: Path | None = None
@@ -105,7 +100,7 @@ class OnnxMiniLMEmbedder:
     @property
     def revision(self) -> str:
         if self._revision is None:
-            self._revision = f"{MODEL_NAME}@{self._weights_sha256()[:12]}{_REVISION_SUFFIX[self.inference]}"
+            self._revision = f"{MODEL_NAME}@{weights_sha256(self.model_dir)[:12]}{_REVISION_SUFFIX[self.inference]}"
         return self._revision
 
     @property
@@ -144,19 +139,7 @@ class OnnxMiniLMEmbedder:
         return cast(list[Vector], vectors)
 
     def embed_query(self, text: str) -> Vector:
-        key = (self.revision, normalized_query(text))
-        with self._queries_lock:
-            cached = self._queries.get(key)
-            if cached is not None:
-                self._queries.move_to_end(key)
-                return cast(Vector, cached.copy())  # a copy: a caller writing into it cannot change the cache
-        vector: np.ndarray = self._encode([text], self.query_threads)[0]
-        if self.query_cache_size:
-            with self._queries_lock:
-                self._queries[key] = vector.copy()
-                while len(self._queries) > self.query_cache_size:
-                    self._queries.popitem(last=False)
-        return cast(Vector, vector)
+        return self._queries.vector(self.revision, text, lambda t: self._encode([t], self.query_threads)[0])
 
     @property
     def cached_queries(self) -> int:
@@ -187,12 +170,6 @@ class OnnxMiniLMEmbedder:
         return np.ascontiguousarray(out, dtype=np.float32)
 
     # --- loading -----------------------------------------------------------------------------
-
-    def _weights_sha256(self) -> str:
-        try:
-            return file_sha256(self.model_dir / WEIGHTS_FILE)
-        except OSError as e:
-            raise ModelUnavailable(f"cannot read the model weights: {e}", model_dir=str(self.model_dir)) from e
 
     def _session(self, threads: int) -> Any:
         session = self._sessions.get(threads)
@@ -238,7 +215,7 @@ class OnnxMiniLMEmbedder:
         """The cached ONNX file of a path, (re)built when missing, damaged or ``rebuild``."""
         from memory_core.adapters.models.onnx_graph import GRAPH_VERSION
 
-        weights_sha = self._weights_sha256()
+        weights_sha = weights_sha256(self.model_dir)
         path = self.cache_dir / f"{MODEL_NAME}-{weights_sha[:16]}-g{GRAPH_VERSION}-{inference}.onnx"
         stamp = {"weights_sha256": weights_sha, "graph_version": GRAPH_VERSION, "inference": inference}
         if not rebuild and _stamp_matches(path, stamp):

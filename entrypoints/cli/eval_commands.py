@@ -44,13 +44,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("case_id", help="the case's id")
     p.add_argument("--expected-version", type=int, required=True, help="the judgment version you reviewed")
     p.add_argument("--json", action="store_true")
-    p = ev.add_parser("report", help="B1-B4 benchmark report")
-    p.add_argument("--project", help="only this project's cases")
-    p.add_argument("--case", action="append", dest="cases", help="only this case (repeatable)")
+    p = _case_filter(ev.add_parser("report", help="B1-B4 benchmark report"))
     p.add_argument("--json", action="store_true")
-    p = ev.add_parser("export", help="write the set as one self-contained JSON fixture")
-    p.add_argument("--project", help="only this project's cases")
-    p.add_argument("--case", action="append", dest="cases", help="only this case (repeatable)")
+    p = _case_filter(ev.add_parser("export", help="write the set as one self-contained JSON fixture"))
     p.add_argument("--with-history", action="store_true", help="include earlier judgment versions")
     p.add_argument(
         "--with-uris",
@@ -73,6 +69,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-drop", type=float, default=0.0, help="largest allowed absolute nDCG@10 drop")
     p.add_argument("--include-unreviewed", action="store_true", help="also gate on cases no person has reviewed")
     p.add_argument("--json", action="store_true")
+
+
+def _case_filter(p: Any) -> Any:
+    """The cases a report or an export takes: a project's, chosen ones, or (neither) all."""
+    p.add_argument("--project", help="only this project's cases")
+    p.add_argument("--case", action="append", dest="cases", help="only this case (repeatable)")
+    return p
 
 
 def _read(path: str) -> bytes:

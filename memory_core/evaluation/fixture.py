@@ -21,8 +21,8 @@ document carries (through ``plain``, as every hash is taken) and re-exports the 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
 
 import attrs
 
@@ -46,6 +46,7 @@ __all__ = [  # the import surface: the format's and the reader's names too
     "RESOURCE_FIELDS",
     "TRACE_FIELDS",
     "EvaluationSet",
+    "ExportScope",
     "ImportResult",
     "body_dict",
     "case_dict",
@@ -57,6 +58,16 @@ __all__ = [  # the import surface: the format's and the reader's names too
 ]
 
 BLOB_WRITERS = 8
+
+
+class ExportScope(TypedDict, total=False):
+    """Which cases an export takes and what it keeps: the keywords of ``export_document``
+    (services/fixtures.py), which the methods that only wrap it pass through as they are."""
+
+    project_id: str | None
+    case_ids: Sequence[str] | None
+    with_history: bool
+    with_uris: bool
 
 
 # -- export ---------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import attrs
 
@@ -18,7 +18,7 @@ from memory_core.domain.errors import InvalidRequest, StorageUnavailable
 from memory_core.domain.model import Generation, Project, Source, validate_project_id, validate_source_path
 from memory_core.domain.progress import Progress
 from memory_core.evaluation.cases import Case, JudgmentSet
-from memory_core.evaluation.fixture import ImportResult, dump
+from memory_core.evaluation.fixture import ExportScope, ImportResult, dump
 from memory_core.evaluation.report import Report
 from memory_core.ports import (
     Catalog,
@@ -271,20 +271,10 @@ class Engine:
             service, project_id=project_id, case_ids=case_ids, with_history=with_history, with_uris=with_uris
         )
 
-    def export_evaluation_set(
-        self,
-        *,
-        project_id: str | None = None,
-        case_ids: Sequence[str] | None = None,
-        with_history: bool = False,
-        with_uris: bool = False,
-    ) -> bytes:
-        """The fixture file ``memcore eval export`` writes (canonical JSON)."""
-        return dump(
-            self.export_evaluation_document(
-                project_id=project_id, case_ids=case_ids, with_history=with_history, with_uris=with_uris
-            )
-        )
+    def export_evaluation_set(self, **scope: Unpack[ExportScope]) -> bytes:
+        """The fixture file ``memcore eval export`` writes (canonical JSON) of
+        ``export_evaluation_document``."""
+        return dump(self.export_evaluation_document(**scope))
 
     def import_evaluation_set(self, data: bytes | str | Mapping[str, Any]) -> ImportResult:
         """Import a fixture (bytes, text or document) and return what it added; raises

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from memory_core.domain.errors import InvalidRequest, MemoryCoreError
 from memory_core.domain.evaluation_errors import (
@@ -28,7 +28,7 @@ from memory_core.evaluation.cases import (
     target_problems,
     validate_case_id,
 )
-from memory_core.evaluation.fixture import ImportResult
+from memory_core.evaluation.fixture import ExportScope, ImportResult
 from memory_core.evaluation.report import (
     CaseInput,
     Report,
@@ -241,21 +241,12 @@ class EvaluationService:
 
     # -- fixtures (memory_core.evaluation.fixture; imported here lazily, it builds on this module) -------------
 
-    def export_fixture(
-        self,
-        *,
-        project_id: str | None = None,
-        case_ids: Sequence[str] | None = None,
-        with_history: bool = False,
-        with_uris: bool = False,
-    ) -> bytes:
+    def export_fixture(self, **scope: Unpack[ExportScope]) -> bytes:
         """The self-contained JSON fixture of a project's cases, chosen cases, or all
         (``with_uris``: keep each resource's ``file:///`` URI; otherwise its resource id)."""
         from memory_core.services.fixtures import export_fixture
 
-        return export_fixture(
-            self, project_id=project_id, case_ids=case_ids, with_history=with_history, with_uris=with_uris
-        )
+        return export_fixture(self, **scope)
 
     def import_fixture(self, data: bytes | str | Mapping[str, Any]) -> ImportResult:
         """Verify a fixture whole, then store what is new (nothing on any problem)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from memory_core.domain.canonical import canonical_json, plain
 from memory_core.domain.errors import BlobCorrupted, BlobNotFound
@@ -22,6 +22,7 @@ from memory_core.evaluation.fixture import (
     FORMAT,
     FORMAT_VERSION,
     EvaluationSet,
+    ExportScope,
     ImportResult,
     body_dict,
     case_dict,
@@ -82,24 +83,10 @@ def _record(service: EvaluationService, case: Case, with_history: bool) -> CaseR
 
 
 def export_fixture(
-    service: EvaluationService,
-    *,
-    project_id: str | None = None,
-    case_ids: Sequence[str] | None = None,
-    with_history: bool = False,
-    with_uris: bool = False,
-    exported_at: str | None = None,
+    service: EvaluationService, *, exported_at: str | None = None, **scope: Unpack[ExportScope]
 ) -> bytes:
-    return dump(
-        export_document(
-            service,
-            project_id=project_id,
-            case_ids=case_ids,
-            with_history=with_history,
-            with_uris=with_uris,
-            exported_at=exported_at,
-        )
-    )
+    """The fixture file (canonical JSON) of ``export_document``."""
+    return dump(export_document(service, exported_at=exported_at, **scope))
 
 
 def _same_record(service: EvaluationService, incoming: CaseRecord, corpus: Corpus) -> bool:
