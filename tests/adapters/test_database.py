@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import apsw
@@ -245,36 +246,47 @@ def test_write_transaction_rolls_back_and_nests(tmp_path):
     conn.close()
 
 
-def _populate_v1(conn: apsw.Connection, n_projects: int) -> dict[str, int]:
+def populate_projects(conn: apsw.Connection, n_projects: int, generation: Callable[[int, str, int], None]) -> None:
+    """Raw rows of the v1 tables for ``n_projects`` projects: three sources, two generations (written
+    by ``generation(p, project_id, rev)``, as the schema at hand has them), the pointers and
+    a cached file hash."""
     for p in range(n_projects):
         pid = f"project-{p}"
         conn.execute("INSERT INTO projects VALUES (?, ?)", (pid, f"2025-01-{p + 1:02d}"))
         for i in range(3):
             conn.execute("INSERT INTO project_sources VALUES (?, ?, ?, ?)", (pid, i, f"/src/{pid}/{i}", "project"))
         for rev in range(2):
-            conn.execute(
-                "INSERT INTO generations VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    pid,
-                    f"rev{rev}",
-                    f"{p:02d}{rev:02d}" * 16,
-                    10 * rev,
-                    rev,
-                    '{"parser":"p1","chunker":"c1","embedding_model":"e1","lexical":"l1","vector":"v1"}',
-                    "t",
-                    f"/d/{pid}/rev{rev}",
-                ),
-            )
+            generation(p, pid, rev)
         conn.execute("INSERT INTO project_generation_pointers VALUES (?, 'rev1', 'rev0')", (pid,))
         conn.execute("INSERT INTO file_hash_cache VALUES (?, ?, ?, ?)", (f"/src/{pid}/a.md", p, p * 7, "ab" * 32))
+
+
+def _populate_v1(conn: apsw.Connection, n_projects: int) -> dict[str, int]:
+    def generation(p: int, pid: str, rev: int) -> None:
+        conn.execute(
+            "INSERT INTO generations VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                pid,
+                f"rev{rev}",
+                f"{p:02d}{rev:02d}" * 16,
+                10 * rev,
+                rev,
+                '{"parser":"p1","chunker":"c1","embedding_model":"e1","lexical":"l1","vector":"v1"}',
+                "t",
+                f"/d/{pid}/rev{rev}",
+            ),
+        )
+
+    populate_projects(conn, n_projects, generation)
     return {
         table: conn.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
         for table in ["projects", "project_sources", "generations", "project_generation_pointers", "file_hash_cache"]
     }
 
 
-def _dump(conn: apsw.Connection, table: str, columns: str) -> list[tuple]:
-    return conn.execute(f"SELECT {columns} FROM {table} ORDER BY 1, 2").fetchall()
+def dump(conn: apsw.Connection, tables: Mapping[str, str]) -> dict[str, list[tuple]]:
+    """Each table's rows (``tables``: table -> its columns), in a stable order."""
+    return {t: conn.execute(f"SELECT {cols} FROM {t} ORDER BY 1, 2").fetchall() for t, cols in tables.items()}
 
 
 V1_COLUMNS = {
@@ -293,12 +305,12 @@ def test_populated_v1_database_migrates_to_latest_without_losing_rows(tmp_path):
     assert schema_version(conn) == 1
     with conn:
         counts = _populate_v1(conn, n_projects=25)
-    before = {table: _dump(conn, table, cols) for table, cols in V1_COLUMNS.items()}
+    before = dump(conn, V1_COLUMNS)
     conn.close()
 
     conn = open_database(path)
     assert schema_version(conn) == SCHEMA_VERSION
-    after = {table: _dump(conn, table, cols) for table, cols in V1_COLUMNS.items()}
+    after = dump(conn, V1_COLUMNS)
     assert after == before
     assert {t: len(rows) for t, rows in after.items()} == counts
     assert conn.execute("SELECT count(*) FROM generations WHERE manifest_hash = effective_memory_hash").fetchall() == [

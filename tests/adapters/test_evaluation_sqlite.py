@@ -16,7 +16,7 @@ import pytest
 
 from memory_core.adapters.files.blob_store import FileBlobStore
 from memory_core.adapters.files.evaluation_sources import FolderSources
-from memory_core.adapters.sqlite import SCHEMA_VERSION, SqliteCatalog, open_database, schema_version
+from memory_core.adapters.sqlite import SqliteCatalog, open_database
 from memory_core.adapters.sqlite.evaluation import SqliteEvaluationStore
 from memory_core.adapters.sqlite.runs import SqliteRunStore
 from memory_core.domain.canonical import sha256_hex
@@ -29,7 +29,8 @@ from memory_core.evaluation.cases import Judgment
 from memory_core.runs.records import RunFilter
 from memory_core.services import fixtures
 from memory_core.services.evaluation import EvaluationService
-from tests.adapters.test_run_store_sqlite import count, index, real_memory
+from tests.adapters.test_database import dump
+from tests.adapters.test_run_store_sqlite import count, index, real_memory, reopen_migrated
 from tests.contracts.test_run_store import failure, ranked, run_start, trace_of, ts
 
 SCHEMA = Path(__file__).resolve().parents[2] / "contracts" / "evaluation-fixture.schema.json"
@@ -58,10 +59,6 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
 
 
-def _dump(conn: apsw.Connection) -> dict[str, list[tuple]]:
-    return {t: conn.execute(f"SELECT {cols} FROM {t} ORDER BY 1, 2").fetchall() for t, cols in V3_TABLES.items()}
-
-
 # -- migration ------------------------------------------------------------------------------------
 
 
@@ -85,18 +82,12 @@ def test_populated_v3_database_migrates_to_latest_without_losing_rows(tmp_path: 
                 runs.complete(run_id, trace_of(ranked(i + p), memory.hash, i))
             run_ids.append(run_id)
         runs.pin(run_ids[-2])
-    before = _dump(conn)
+    before = dump(conn, V3_TABLES)
     assert len(before["retrieval_runs"]) == 20 and len(before["retrieval_run_candidates"]) > 100
     assert not conn.execute("SELECT name FROM sqlite_master WHERE name = 'evaluation_cases'").fetchall()
     conn.close()
 
-    conn = open_database(path)
-    assert schema_version(conn) == SCHEMA_VERSION >= 4
-    assert _dump(conn) == before
-    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
-    for table in EVALUATION_TABLES:
-        assert count(conn, table) == 0
+    conn = reopen_migrated(path, V3_TABLES, before, EVALUATION_TABLES, at_least=4)
     # A migrated Run becomes a case; Clear History then keeps it and the pinned ones.
     runs = SqliteRunStore(conn, blobs, blob_grace_s=0)
     service = EvaluationService(SqliteEvaluationStore(conn), runs, blobs, now=utc_now)

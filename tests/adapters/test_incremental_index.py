@@ -12,7 +12,7 @@ import pytest
 
 from memory_core.adapters.search.lucene_index import LuceneIndexFactory
 from memory_core.domain.canonical import plain
-from memory_core.domain.model import Source
+from memory_core.domain.model import Generation, Source
 from memory_core.services.engine import Engine
 from memory_core.services.indexing import LEXICAL_DIR
 from tests.reliability.harness import engine_for
@@ -62,20 +62,31 @@ def _content(engine: Engine) -> tuple[list[dict[str, object]], dict[str, list[tu
     return units, hits
 
 
+def _indexed(engine: Engine, folder: Path) -> Generation:
+    """The notes written to ``folder`` and indexed as project ``p``: its current generation."""
+    _write(folder)
+    engine.add_project("p", [Source(str(folder))])
+    engine.index("p")
+    current = engine.catalog.current_generation("p")
+    assert current is not None
+    return current
+
+
+def _full_build_of_the_changed_notes(engine: Engine, folder: Path, force: bool = False) -> None:
+    """The changed notes written to ``folder`` and indexed as project ``p`` in one build: the reference."""
+    _write(folder)
+    _change(folder)
+    engine.add_project("p", [Source(str(folder))])
+    engine.index("p", force=force)
+
+
 def test_incremental_reindex_equals_a_full_build(engines: tuple[Engine, Engine, Path, Path]) -> None:
     incremental, full, a, b = engines
-    _write(a)
-    incremental.add_project("p", [Source(str(a))])
-    incremental.index("p")
-    first = incremental.catalog.current_generation("p")
-    assert first is not None
+    first = _indexed(incremental, a)
     _change(a)
     report = incremental.index("p")
     assert report.status == "built"
-    _write(b)
-    _change(b)
-    full.add_project("p", [Source(str(b))])
-    full.index("p", force=True)
+    _full_build_of_the_changed_notes(full, b, force=True)
     assert _content(incremental) == _content(full)
     assert any(h[0].startswith("note-03.md#") for h in _content(incremental)[1]["wombat burrow"])
     incremental.generations.verify(Path(first.directory))  # the base is untouched
@@ -86,19 +97,12 @@ def test_incremental_reindex_equals_a_full_build(engines: tuple[Engine, Engine, 
 
 def test_a_damaged_current_generation_is_not_the_base(engines: tuple[Engine, Engine, Path, Path]) -> None:
     incremental, full, a, b = engines
-    _write(a)
-    incremental.add_project("p", [Source(str(a))])
-    incremental.index("p")
-    current = incremental.catalog.current_generation("p")
-    assert current is not None
+    current = _indexed(incremental, a)
     segment = next(p for p in sorted((Path(current.directory) / LEXICAL_DIR).iterdir()) if p.suffix == ".tim")
     segment.write_bytes(b"\0" * segment.stat().st_size)  # same size, other bytes: only the seal sees it
     _change(a)
     incremental.index("p")
-    _write(b)
-    _change(b)
-    full.add_project("p", [Source(str(b))])
-    full.index("p")
+    _full_build_of_the_changed_notes(full, b)
     assert _content(incremental) == _content(full)
     now = incremental.catalog.current_generation("p")
     assert now is not None

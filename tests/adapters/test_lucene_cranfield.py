@@ -7,8 +7,7 @@ Run with ``-s`` to see the measured figures.
 
 from __future__ import annotations
 
-import csv
-import json
+import functools
 import math
 import statistics
 import time
@@ -17,8 +16,7 @@ from collections.abc import Iterator
 import pytest
 import pytrec_eval
 
-from benchmarks.common import CRANFIELD
-from memory_core.domain.model import Unit, unit_hash_of
+from benchmarks.cranfield_quality import SUFFIX, Cranfield
 from memory_core.ports import LexicalSearcher
 
 pytestmark = pytest.mark.slow
@@ -26,47 +24,13 @@ pytestmark = pytest.mark.slow
 DEPTH = 100
 
 
-def _unit_id(doc_id: str) -> str:
-    return f"cranfield/{doc_id}.md#0"
+@functools.cache
+def _cranfield() -> Cranfield:
+    return Cranfield.load()
 
 
 def _doc_id(unit_id: str) -> str:
-    return unit_id.removeprefix("cranfield/").removesuffix(".md#0")
-
-
-def _units() -> list[Unit]:
-    units = []
-    with (CRANFIELD / "corpus.jsonl").open(encoding="utf-8") as f:
-        for line in f:
-            doc = json.loads(line)
-            text = f"# {doc['title']}\n\n{doc['text']}"
-            units.append(
-                Unit(
-                    unit_id=_unit_id(doc["_id"]),
-                    resource_id=f"cranfield/{doc['_id']}.md",
-                    ordinal=0,
-                    start=0,
-                    end=len(text),
-                    heading_path=(doc["title"],),
-                    text=text,
-                    token_count=len(text.split()),
-                    unit_hash=unit_hash_of(text, 0, len(text)),
-                )
-            )
-    return units
-
-
-def _queries() -> dict[str, str]:
-    with (CRANFIELD / "queries.jsonl").open(encoding="utf-8") as f:
-        return {q["_id"]: q["text"] for q in map(json.loads, f)}
-
-
-def _qrels() -> dict[str, dict[str, int]]:
-    qrels: dict[str, dict[str, int]] = {}
-    with (CRANFIELD / "qrels" / "test.tsv").open(encoding="utf-8") as f:
-        for row in csv.DictReader(f, delimiter="\t"):
-            qrels.setdefault(row["query-id"], {})[row["corpus-id"]] = int(row["score"])
-    return qrels
+    return unit_id.removesuffix(f"{SUFFIX}#0")
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +39,7 @@ def cranfield(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lexica
     from memory_core.adapters.search.lucene_index import LuceneIndexFactory
 
     ensure_jvm()  # JVM start-up is not part of the build figure
-    units = _units()
+    units = _cranfield().whole_document_units()
     assert len(units) == 1400
     factory = LuceneIndexFactory()
     directory = tmp_path_factory.mktemp("cranfield") / "lexical"
@@ -89,7 +53,7 @@ def cranfield(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lexica
 
 def test_bm25_matches_the_reference_figures(cranfield: tuple[LexicalSearcher, float]) -> None:
     searcher, build_seconds = cranfield
-    queries = _queries()
+    queries = _cranfield().queries
     assert len(queries) == 225
     for text in list(queries.values())[:20]:  # warm the JIT before timing
         searcher.search(text, DEPTH)
@@ -103,7 +67,7 @@ def test_bm25_matches_the_reference_figures(cranfield: tuple[LexicalSearcher, fl
         assert len(hits) == DEPTH
         run[qid] = {_doc_id(uid): score for uid, score in hits}
 
-    evaluator = pytrec_eval.RelevanceEvaluator(_qrels(), {"ndcg_cut.10", "recall.100", "recip_rank"})
+    evaluator = pytrec_eval.RelevanceEvaluator(_cranfield().qrels, {"ndcg_cut.10", "recall.100", "recip_rank"})
     per_query = evaluator.evaluate(run)
     ndcg10 = statistics.fmean(m["ndcg_cut_10"] for m in per_query.values())
     recall100 = statistics.fmean(m["recall_100"] for m in per_query.values())
@@ -122,6 +86,6 @@ def test_bm25_matches_the_reference_figures(cranfield: tuple[LexicalSearcher, fl
 
 def test_every_unit_is_searchable_by_its_own_title(cranfield: tuple[LexicalSearcher, float]) -> None:
     searcher, _ = cranfield
-    units = _units()[:50]
+    units = _cranfield().whole_document_units()[:50]
     found = sum(any(uid == u.unit_id for uid, _ in searcher.search(u.heading_path[0], 10)) for u in units)
     assert found >= 45  # a few titles are near-duplicates of others

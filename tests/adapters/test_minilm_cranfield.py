@@ -8,16 +8,16 @@ Run with ``-s`` to see the figures.
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import time
 
 import pytest
 
-from benchmarks.common import CRANFIELD
+from benchmarks.cranfield_quality import SUFFIX, Cranfield
 from memory_core.adapters.models.minilm import MiniLMEmbedder
 from memory_core.adapters.search.usearch_index import UsearchIndexFactory
-from memory_core.domain.model import Unit, unit_hash_of, unit_id_for
 
 pytestmark = pytest.mark.slow
 
@@ -26,46 +26,15 @@ TOLERANCE = 0.015
 DEPTH = 100
 
 
-def load_units() -> list[Unit]:
-    units = []
-    with (CRANFIELD / "corpus.jsonl").open(encoding="utf-8") as f:
-        for line in f:
-            doc = json.loads(line)
-            text = f"# {doc['title']}\n\n{doc['text']}"
-            units.append(
-                Unit(
-                    unit_id=unit_id_for(doc["_id"], 0),
-                    resource_id=doc["_id"],
-                    ordinal=0,
-                    start=0,
-                    end=len(text),
-                    heading_path=(doc["title"],),
-                    text=text,
-                    token_count=0,
-                    unit_hash=unit_hash_of(text, 0, len(text)),
-                )
-            )
-    return units
-
-
-def load_queries() -> list[tuple[str, str]]:
-    with (CRANFIELD / "queries.jsonl").open(encoding="utf-8") as f:
-        return [(q["_id"], q["text"]) for q in map(json.loads, f)]
-
-
-def load_qrels() -> dict[str, dict[str, int]]:
-    qrels: dict[str, dict[str, int]] = {}
-    lines = (CRANFIELD / "qrels" / "test.tsv").read_text().splitlines()[1:]
-    for line in lines:
-        query_id, doc_id, score = line.split("\t")
-        qrels.setdefault(query_id, {})[doc_id] = int(score)
-    return qrels
+@functools.cache
+def cranfield() -> Cranfield:
+    return Cranfield.load()
 
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory: pytest.TempPathFactory):
     """Embeds the collection once; builds the exact and a forced-HNSW index over it."""
-    units = load_units()
+    units = cranfield().whole_document_units()
     embedder = MiniLMEmbedder()
     embedder.load()
     started = time.perf_counter()
@@ -81,18 +50,20 @@ def embedded(tmp_path_factory: pytest.TempPathFactory):
 def run_queries(embedder: MiniLMEmbedder, searcher) -> tuple[dict[str, dict[str, float]], list[float]]:
     run: dict[str, dict[str, float]] = {}
     latencies = []
-    for query_id, text in load_queries():
+    for query_id, text in cranfield().queries.items():
         started = time.perf_counter()
         query_vector = embedder.embed_query(text)
         latencies.append(time.perf_counter() - started)
-        run[query_id] = {unit_id.split("#")[0]: score for unit_id, score in searcher.search(query_vector, DEPTH)}
+        hits = searcher.search(query_vector, DEPTH)
+        run[query_id] = {unit_id.removesuffix(f"{SUFFIX}#0"): score for unit_id, score in hits}
     return run, latencies
 
 
 def evaluate(run: dict[str, dict[str, float]]) -> dict[str, float]:
     import pytrec_eval
 
-    per_query = pytrec_eval.RelevanceEvaluator(load_qrels(), {"ndcg_cut.10", "recall.100", "recip_rank"}).evaluate(run)
+    evaluator = pytrec_eval.RelevanceEvaluator(cranfield().qrels, {"ndcg_cut.10", "recall.100", "recip_rank"})
+    per_query = evaluator.evaluate(run)
     assert len(per_query) == 225
     return {m: statistics.fmean(q[m] for q in per_query.values()) for m in ("ndcg_cut_10", "recall_100", "recip_rank")}
 

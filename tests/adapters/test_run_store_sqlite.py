@@ -14,6 +14,7 @@ import textwrap
 import threading
 import time
 import weakref
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import apsw
@@ -30,8 +31,6 @@ from memory_core.domain.canonical import plain
 from memory_core.domain.errors import InvalidRequest, RunNotFound, StorageUnavailable
 from memory_core.domain.model import (
     EffectiveMemory,
-    Generation,
-    IndexRevisions,
     Layer,
     ManifestEntry,
     Project,
@@ -40,10 +39,20 @@ from memory_core.domain.model import (
 )
 from memory_core.runs.records import FAILED, RUNNING, SUCCEEDED, RunFilter
 from memory_core.runs.rules import INTERRUPTED
-from tests.contracts.test_run_store import dead_pid, failure, ranked, run_start, trace_of, ts
+from tests.adapters.test_database import dump, populate_projects
+from tests.contracts.test_run_store import (
+    REVISIONS,
+    complete_runs,
+    dead_pid,
+    failure,
+    index,
+    ranked,
+    run_start,
+    trace_of,
+    ts,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-REVISIONS = IndexRevisions(parser="p1", chunker="c1", embedding_model="e1", lexical="l1", vector="v1")
 V2_TABLES = {
     "projects": "project_id, created_at",
     "project_sources": "project_id, ordinal, path, layer",
@@ -89,43 +98,42 @@ def home(tmp_path):
     conn.close()
 
 
-def index(catalog: SqliteCatalog, project: str, revision: str, memory: EffectiveMemory) -> None:
-    catalog.put_manifest(memory)
-    catalog.set_current_generation(
-        Generation(project, revision, memory.hash, 1, len(memory.entries), REVISIONS, ts(0), f"/g/{revision}")
-    )
-
-
 # -- migration ------------------------------------------------------------------------------------
 
 
 def _populate_v2(conn: apsw.Connection, n_projects: int) -> None:
-    for p in range(n_projects):
-        pid = f"project-{p}"
-        conn.execute("INSERT INTO projects VALUES (?, ?)", (pid, f"2025-01-{p + 1:02d}"))
-        for i in range(3):
-            conn.execute("INSERT INTO project_sources VALUES (?, ?, ?, ?)", (pid, i, f"/src/{pid}/{i}", "project"))
-        for rev in range(2):
-            entries = [
-                ManifestEntry(
-                    k, f"{pid}/{k}.md", Layer.PROJECT, f"file:///{pid}/{rev}/{k}",
-                    hashlib.sha256(f"{pid}-{rev}-{k}".encode()).hexdigest(), k, "text/markdown",
-                )
-                for k in range(3)
-            ]  # fmt: skip
-            body = json.dumps(plain(entries), sort_keys=True, separators=(",", ":"))
-            digest = hashlib.sha256(body.encode()).hexdigest()
-            conn.execute("INSERT INTO manifests VALUES (?, ?, ?)", (digest, body, "t"))
-            conn.execute(
-                "INSERT INTO generations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (pid, f"rev{rev}", digest, 10, 3, json.dumps(plain(REVISIONS)), "t", f"/d/{pid}/rev{rev}", digest),
+    def generation(p: int, pid: str, rev: int) -> None:
+        entries = [
+            ManifestEntry(
+                k, f"{pid}/{k}.md", Layer.PROJECT, f"file:///{pid}/{rev}/{k}",
+                hashlib.sha256(f"{pid}-{rev}-{k}".encode()).hexdigest(), k, "text/markdown",
             )
-        conn.execute("INSERT INTO project_generation_pointers VALUES (?, 'rev1', 'rev0')", (pid,))
-        conn.execute("INSERT INTO file_hash_cache VALUES (?, ?, ?, ?)", (f"/src/{pid}/a.md", p, p * 7, "ab" * 32))
+            for k in range(3)
+        ]  # fmt: skip
+        body = json.dumps(plain(entries), sort_keys=True, separators=(",", ":"))
+        digest = hashlib.sha256(body.encode()).hexdigest()
+        conn.execute("INSERT INTO manifests VALUES (?, ?, ?)", (digest, body, "t"))
+        conn.execute(
+            "INSERT INTO generations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (pid, f"rev{rev}", digest, 10, 3, json.dumps(plain(REVISIONS)), "t", f"/d/{pid}/rev{rev}", digest),
+        )
+
+    populate_projects(conn, n_projects, generation)
 
 
-def _dump(conn: apsw.Connection) -> dict[str, list[tuple]]:
-    return {t: conn.execute(f"SELECT {cols} FROM {t} ORDER BY 1, 2").fetchall() for t, cols in V2_TABLES.items()}
+def reopen_migrated(
+    path: Path, tables: Mapping[str, str], before: dict[str, list[tuple]], new_tables: Iterable[str], at_least: int
+) -> apsw.Connection:
+    """``path`` opened again, so migrated to the latest schema (``at_least`` or later): ``tables`` hold
+    the rows they held ``before``, the integrity and foreign key checks pass, ``new_tables`` are empty."""
+    conn = open_database(path)
+    assert schema_version(conn) == SCHEMA_VERSION >= at_least
+    assert dump(conn, tables) == before
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    for table in new_tables:
+        assert count(conn, table) == 0
+    return conn
 
 
 def test_populated_v2_database_migrates_to_latest_without_losing_rows(tmp_path):
@@ -133,7 +141,7 @@ def test_populated_v2_database_migrates_to_latest_without_losing_rows(tmp_path):
     conn = open_database(path, target_version=2)
     with conn:
         _populate_v2(conn, n_projects=20)
-    before = _dump(conn)
+    before = dump(conn, V2_TABLES)
     assert {t: len(rows) for t, rows in before.items()} == {
         "projects": 20, "project_sources": 60, "generations": 40, "project_generation_pointers": 20,
         "file_hash_cache": 20, "manifests": 40,
@@ -141,13 +149,8 @@ def test_populated_v2_database_migrates_to_latest_without_losing_rows(tmp_path):
     assert not conn.execute("SELECT name FROM sqlite_master WHERE name = 'retrieval_runs'").fetchall()
     conn.close()
 
-    conn = open_database(path)
-    assert schema_version(conn) == SCHEMA_VERSION >= 3
-    assert _dump(conn) == before
-    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
-    for table in ("retrieval_runs", "retrieval_run_candidates", "retrieval_run_resources", "retrieval_corpus_blobs"):
-        assert count(conn, table) == 0
+    new_tables = ("retrieval_runs", "retrieval_run_candidates", "retrieval_run_resources", "retrieval_corpus_blobs")
+    conn = reopen_migrated(path, V2_TABLES, before, new_tables, at_least=3)
 
     # The new tables are usable, and the old manifests feed them.
     catalog = SqliteCatalog(conn)
@@ -454,10 +457,7 @@ def test_gc_deletes_exactly_the_unreferenced_blob_files(home, tmp_path):
     stray = blobs.put(b"nobody refers to me")
     for memory in (cleared, pinned):
         store.record_manifest(memory)
-    runs = {}
-    for name, memory in (("cleared", cleared), ("pinned", pinned), ("gen3", gen3)):
-        runs[name] = store.start(run_start())
-        store.complete(runs[name], trace_of(ranked(5), memory.hash))
+    runs = complete_runs(store, {"cleared": cleared, "pinned": pinned, "gen3": gen3}, seed=5)
     store.pin(runs["pinned"])
     # An evaluation corpus (migration m004) keeps its blobs live too.
     conn.execute("INSERT INTO evaluation_corpora VALUES ('c', 2, 't')")

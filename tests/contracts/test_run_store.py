@@ -28,7 +28,6 @@ from memory_core.domain.errors import InvalidRequest, RunNotFound, StorageUnavai
 from memory_core.domain.model import (
     EffectiveMemory,
     Generation,
-    IndexRevisions,
     Layer,
     ManifestEntry,
     Project,
@@ -54,9 +53,9 @@ from memory_core.runs.records import (
     RunTrace,
 )
 from memory_core.runs.rules import INTERRUPTED
+from tests.contracts.test_catalog import REVISIONS
 
 FINGERPRINT = "f" * 64
-REVISIONS = IndexRevisions(parser="p1", chunker="c1", embedding_model="e1", lexical="l1", vector="v1")
 
 
 def ts(i: int) -> str:
@@ -141,6 +140,25 @@ def _digest(label: str) -> str:
     return hashlib.sha256(label.encode()).hexdigest()
 
 
+def index(catalog: SqliteCatalog | InMemoryCatalog, project: str, revision: str, memory: EffectiveMemory) -> None:
+    """What indexing leaves in the catalog: the manifest and a current generation."""
+    catalog.put_manifest(memory)
+    catalog.set_current_generation(
+        Generation(project, revision, memory.hash, 1, len(memory.entries), REVISIONS, ts(0), f"/g/{revision}")
+    )
+
+
+def complete_runs(
+    store: SqliteRunStore | InMemoryRunStore, manifests: dict[str, EffectiveMemory], seed: int
+) -> dict[str, str]:
+    """A succeeded Run of ``ranked(seed)`` over each named manifest, in order: name -> run id."""
+    runs = {}
+    for name, memory in manifests.items():
+        runs[name] = store.start(run_start())
+        store.complete(runs[name], trace_of(ranked(seed), memory.hash))
+    return runs
+
+
 def dead_pid() -> int:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
@@ -169,10 +187,7 @@ class World:
         """What indexing leaves behind: blobs, the catalog manifest and a current generation."""
         for e in memory.entries:
             self.put_blob(e.resource_hash)
-        self.catalog.put_manifest(memory)
-        self.catalog.set_current_generation(
-            Generation(project, revision, memory.hash, 1, len(memory.entries), REVISIONS, ts(0), f"/g/{revision}")
-        )
+        index(self.catalog, project, revision, memory)
 
     def put_blob(self, digest: str) -> None:
         """Blobs whose names are our synthetic digests: write bytes that hash to them is impossible,
@@ -659,10 +674,7 @@ def test_clear_collects_exactly_the_unreferenced_blobs(world):
         store.record_manifest(memory)
     stray = _digest("stray")
     world.put_blob(stray)
-    runs = {}
-    for name, memory in (("old", old_run), ("pinned", pinned_run), ("shared", shared)):
-        runs[name] = store.start(run_start())
-        store.complete(runs[name], trace_of(ranked(2), memory.hash))
+    runs = complete_runs(store, {"old": old_run, "pinned": pinned_run, "shared": shared}, seed=2)
     store.pin(runs["pinned"])
 
     report = store.clear()

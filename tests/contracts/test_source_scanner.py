@@ -8,6 +8,7 @@ import os
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -363,39 +364,44 @@ def _stamp(path: Path) -> FileStamp:
     return FileStamp.of(path.stat())
 
 
-@pytest.mark.parametrize("cache_kind", ["sqlite", "memory"])
-def test_hash_cache_answers_for_an_unchanged_stamp_and_rehash_bypasses_it(tmp_path, cache_kind, monkeypatch):
+@pytest.fixture(params=["sqlite", "memory"])
+def hash_cache(request, tmp_path, monkeypatch) -> Iterator[SqliteCatalog | InMemoryCatalog]:
+    """Each file-hash cache, with no racy window (a file written just now may be cached)."""
     monkeypatch.setattr("memory_core.adapters.files.filesystem_sources.RACY_WINDOW_NS", 0)
-    cache = SqliteCatalog(open_database(tmp_path / "local.db")) if cache_kind == "sqlite" else InMemoryCatalog()
-    source = tmp_path / "src"
-    source.mkdir()
-    doc = source / "doc.md"
+    cache = SqliteCatalog(open_database(tmp_path / "local.db")) if request.param == "sqlite" else InMemoryCatalog()
+    yield cache
+    cache.close()
+
+
+@pytest.fixture
+def doc(tmp_path) -> Path:
+    """``src/doc.md``, holding ``version one``."""
+    (tmp_path / "src").mkdir()
+    doc = tmp_path / "src" / "doc.md"
     doc.write_bytes(b"version one")
-    scanner = FileSystemScanner(hash_cache=cache)
+    return doc
+
+
+def test_hash_cache_answers_for_an_unchanged_stamp_and_rehash_bypasses_it(hash_cache, doc):
+    source = doc.parent
+    scanner = FileSystemScanner(hash_cache=hash_cache)
     (first,), _ = scanner.scan(Source(str(source)))
-    assert cache.get_file_hash(str(doc), _stamp(doc)) == sha(b"version one")
+    assert hash_cache.get_file_hash(str(doc), _stamp(doc)) == sha(b"version one")
     # The cache answers without reading: a row planted for the file's exact stamp is believed...
-    cache.put_file_hashes([(str(doc), _stamp(doc), "ab" * 32)])
+    hash_cache.put_file_hashes([(str(doc), _stamp(doc), "ab" * 32)])
     (cached,), _ = scanner.scan(Source(str(source)))
     assert cached.resource_hash == "ab" * 32
     # ...and rehash reads the file whatever the cache says, and corrects the row.
     (reread,), _ = scanner.scan(Source(str(source)), rehash=True)
     assert reread.resource_hash == sha(b"version one") and scanner.read(reread) == b"version one"
-    assert cache.get_file_hash(str(doc), _stamp(doc)) == sha(b"version one")
-    cache.close()
+    assert hash_cache.get_file_hash(str(doc), _stamp(doc)) == sha(b"version one")
 
 
-@pytest.mark.parametrize("cache_kind", ["sqlite", "memory"])
-def test_an_edit_that_keeps_size_and_mtime_is_seen(tmp_path, cache_kind, monkeypatch):
-    monkeypatch.setattr("memory_core.adapters.files.filesystem_sources.RACY_WINDOW_NS", 0)
-    cache = SqliteCatalog(open_database(tmp_path / "local.db")) if cache_kind == "sqlite" else InMemoryCatalog()
-    source = tmp_path / "src"
-    source.mkdir()
-    doc = source / "doc.md"
-    doc.write_bytes(b"version one")
+def test_an_edit_that_keeps_size_and_mtime_is_seen(hash_cache, doc):
+    source = doc.parent
     old_ns = 1_600_000_000 * 10**9
     os.utime(doc, ns=(old_ns, old_ns))
-    scanner = FileSystemScanner(hash_cache=cache)
+    scanner = FileSystemScanner(hash_cache=hash_cache)
     (first,), _ = scanner.scan(Source(str(source)))
     assert first.resource_hash == sha(b"version one")
     before = _stamp(doc)
@@ -414,7 +420,6 @@ def test_an_edit_that_keeps_size_and_mtime_is_seen(tmp_path, cache_kind, monkeyp
     os.replace(replacement, doc)
     (third,), _ = scanner.scan(Source(str(source)))
     assert third.resource_hash == sha(b"version 3!!")
-    cache.close()
 
 
 def test_recently_changed_files_are_not_cached(tmp_path):

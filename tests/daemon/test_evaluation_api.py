@@ -52,7 +52,7 @@ from memory_core.services import corpus_search
 from memory_core.services.engine import Engine
 
 from .conftest import Contract, docs
-from .test_api import SOURCES, assert_error, indexed, ok, post
+from .test_api import SOURCES, assert_by_contract, assert_error, indexed, ok, post
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERY = {"project_id": "ledger", "query": "how do I roll back a deploy?"}
@@ -549,13 +549,7 @@ def test_fuzzed_evaluation_calls_answer_by_the_contract(
     method: str, body: dict[str, Any], fuzz_target: tuple[TestClient, Contract, dict[str, str]]
 ) -> None:
     client, contract, ids = fuzz_target
-    reply = post(client, method, filled(body, ids))
-    if reply.status_code == 200:
-        contract.validate(contract.response_component(method), reply.json())
-    else:
-        error = reply.json()["error"]
-        assert 400 <= reply.status_code < 500, error
-        assert api.STATUS_BY_CODE[error["code"]] == reply.status_code
+    assert_by_contract(contract, method, post(client, method, filled(body, ids)))
 
 
 # -- the typed client and ``memcore eval`` over the app ------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import stat
 import subprocess
@@ -28,12 +27,13 @@ from memory_core.domain.model import Layer, Source
 from memory_core.entrypoints.daemon import api, paths
 from memory_core.entrypoints.daemon.client import DaemonClient
 from memory_core.entrypoints.daemon.sockets import DaemonLock, bind_socket
+from tests.daemon.process import DaemonProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 60
 
 
-class Daemon:
+class Daemon(DaemonProcess):
     def __init__(
         self, home: Path, log: Path, *args: str, env: dict[str, str] | None = None, wrapper: Sequence[str] = ()
     ) -> None:
@@ -61,15 +61,6 @@ class Daemon:
                 if time.monotonic() > deadline:
                     raise AssertionError(f"daemon did not answer:\n{log.read_text()}") from None
                 time.sleep(0.05)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=60)
-        finally:
-            self.client.close()
-            self._stderr.close()
 
     def log_records(self) -> list[dict[str, Any]]:
         # The JVM itself announces JAVA_TOOL_OPTIONS on stderr; everything else is JSON.

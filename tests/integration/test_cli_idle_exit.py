@@ -20,6 +20,7 @@ import pytest
 from memory_core.domain.model import Layer, Source
 from memory_core.entrypoints.daemon import launcher, paths
 from memory_core.entrypoints.daemon.idle import IdleClock
+from tests.daemon.process import alive
 from tests.daemon.test_server import Daemon, memory_folder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,14 +37,6 @@ def status(home: Path) -> dict[str, Any]:
     result = memcore(home, "status", "--json")
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)  # type: ignore[no-any-return]
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def wait_until(condition: Callable[[], bool], what: str, bound_s: float = BOUND_S) -> float:

@@ -8,7 +8,6 @@ common shell default) so that a mode only right by accident of the test runner's
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import stat
 import subprocess
@@ -21,6 +20,7 @@ import pytest
 
 from memory_core.entrypoints.daemon import api, paths
 from memory_core.entrypoints.daemon.client import DaemonClient
+from tests.daemon.process import DaemonProcess
 
 from .harness import ROOT, child_env, write_memory
 from .network_guard import Guard, NetworkAccessRefused, is_local_host
@@ -71,12 +71,12 @@ def loose_paths(home: Path) -> list[str]:
     return loose
 
 
-class Daemon:
+class Daemon(DaemonProcess):
     def __init__(self, home: Path, log: Path) -> None:
-        self._log = log.open("ab")
+        self._stderr = log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "memory_core.entrypoints.daemon", "--home", str(home), "--no-warm"],
-            cwd=ROOT, env=child_env(), preexec_fn=_umask_022, stdout=subprocess.DEVNULL, stderr=self._log,
+            cwd=ROOT, env=child_env(), preexec_fn=_umask_022, stdout=subprocess.DEVNULL, stderr=self._stderr,
         )  # fmt: skip
         self.socket = paths.default_socket_path(home)
         self.client = DaemonClient(self.socket, timeout=120)
@@ -89,14 +89,6 @@ class Daemon:
             except api.DaemonUnavailable:
                 assert time.monotonic() < deadline, log.read_text()
                 time.sleep(0.05)
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=60)
-        finally:
-            self.client.close()
-            self._log.close()
 
 
 @pytest.fixture(scope="module")

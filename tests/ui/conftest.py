@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from memory_core.domain.model import Source
 from memory_core.entrypoints.daemon import api, paths
 from memory_core.entrypoints.daemon.client import DaemonClient
 from memory_core.entrypoints.ui.launch import UiInfo, read_ui_info
+from tests.daemon.process import DaemonProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-output" / "screenshots"
@@ -52,7 +52,7 @@ MEMORY = {
 }
 
 
-class UiDaemon:
+class UiDaemon(DaemonProcess):
     """``memory_core.entrypoints.daemon`` in a subprocess, its UI on a free loopback port."""
 
     def __init__(self, base: Path) -> None:
@@ -109,15 +109,6 @@ class UiDaemon:
         run_id = self.client.activate_memory(PROJECT, query, budget=budget).run_id
         assert run_id is not None
         return run_id
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=60)
-        finally:
-            self.client.close()
-            self._stderr.close()
 
 
 @pytest.fixture(scope="session")

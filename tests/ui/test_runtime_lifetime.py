@@ -4,7 +4,6 @@ real Chromium, short idle limits, bounded waits)."""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -14,19 +13,12 @@ from playwright.sync_api import expect
 
 from memory_core.entrypoints.daemon import launcher
 from memory_core.entrypoints.ui.launch import read_ui_info
+from tests.daemon.process import alive
 
 from .conftest import WIDE, Console, UiDaemon
 
 pytestmark = pytest.mark.slow
 BOUND_S = 60.0
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_a_daemon_started_by_serve_says_it_runs_until_stopped(page: Any, ui_daemon: UiDaemon) -> None:
