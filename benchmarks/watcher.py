@@ -268,9 +268,10 @@ def render(result: dict[str, Any]) -> str:
         f"{live['cached_p50_ms'] * 1000:.1f} / {live['cached_p95_ms'] * 1000:.1f} µs |",
         f"| live Effective Memory read right after a change (a scan): p50 | {live['after_change_p50_ms']:.1f} ms |",
         "",
-        f"{s['edits']} edits, each to a different note, one at a time. Most of the save-to-served time is the "
-        "re-index itself. Only the edited note is chunked (the indexer keeps each resource's units by its hash), "
-        "only its units are embedded again, and the lexical index starts from the current generation's: its "
+        f"{s['edits']} edits, each to a different note, one at a time. The save-to-served time is the "
+        "watcher's wait, the re-index and the first activation after it. Only the edited note is chunked "
+        "(the indexer keeps each resource's units by its hash), only its units are embedded again, and the "
+        "lexical index starts from the current generation's: its "
         "Lucene segments are hard-linked, the note's old documents deleted and its new ones added, and the "
         "segment holding the deletions is rewritten (a merge, no re-analysis) so BM25's statistics equal a "
         "full build's. What remains per re-index is linear in the project: every body is read and verified "
@@ -279,8 +280,8 @@ def render(result: dict[str, Any]) -> str:
         "segment. The watcher adds its batching (100 ms) and settling (200 ms), and the first activation after "
         "a new generation verifies and opens it. The burst is one re-index that embeds the 1,000 new units. "
         "Idle, a watch wakes once a second to check its folders and the worker re-reads the project list every 5 s.",
-        f"The 1-minute load average at the end was {result['loadavg_1m']:.2f} (other jobs share the two cores, "
-        "so every time here is inflated by that much contention). "
+        f"The 1-minute load average at the end was {result['loadavg_1m']:.2f} (other jobs share the two cores; "
+        "a load well above 1 inflates every time here: 15.8 s p50 was measured at load 14 on 2026-12-03). "
         f"Goals (issue 15): save to served p50 under 2 s ({'met' if s['p50_s'] < 2 else 'not met'} in this run); "
         "idle watcher CPU indistinguishable from none (within this run's noise); a burst is one or a few re-indexes.",
         "",

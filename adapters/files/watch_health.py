@@ -120,8 +120,11 @@ class ProjectState:
             self.indexed = True
             if self.covered == self.seen:
                 self.changed.clear()
-            if self.error is not None and self.error.code != SourceUnavailable.code:
-                self.error = None  # a failed re-index's error, resolved by this one
+            # A failed re-index's error is resolved by this one; a folder the watch finds gone
+            # stays an error until the watch sees it back (a re-index may have started before).
+            folder_gone = self.state == SOURCE_UNAVAILABLE
+            if self.error is not None and not (self.error.code == SourceUnavailable.code and folder_gone):
+                self.error = None
             return
         message = failure.message if isinstance(failure, MemoryCoreError) else f"{type(failure).__name__}: {failure}"
         self.error = self.last_error = HealthError(record.error_code or "internal_error", message, at)

@@ -250,3 +250,86 @@ def test_an_activation_may_wait_for_the_pending_reindex(daemon: Daemon, tmp_path
     response = daemon.client.activate_memory("waits", "okapi index", wait_for_index_ms=60_000)
     assert any("okapi" in (f.text or "") for f in response.fragments)
     assert not response.freshness.reindex_pending and not response.freshness.index_behind
+
+
+NOBODY = 65534
+
+
+def _owned_by_nobody(base: Path) -> None:
+    for path in (base, *base.rglob("*")):
+        os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root to start the daemon as another user")  # fmt: skip
+def test_an_unreadable_source_is_a_clear_error_keeps_serving_and_recovers() -> None:
+    """As root every file is readable, so the daemon runs as ``nobody`` (setpriv), with its home
+    and the source owned by that user; then the source loses its read permission."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="memcore-unreadable-"))  # /tmp: pytest's root-only folders are closed to nobody
+    try:
+        source = memory_folder(base / "memory")
+        (base / "tmp").mkdir()
+        _owned_by_nobody(base)
+        wrapper = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
+        daemon = Daemon(base / "home", base / "daemon.log", env={"HOME": str(base)}, wrapper=wrapper)
+        try:
+            add_indexed(daemon, "closed", source)
+            os.chmod(source, 0)
+            down = wait_for("unhealthy", lambda: (h := health(daemon, "closed")) is not None and h.error and h)
+            assert down.error is not None and down.error.code == "source_unavailable", down
+            assert str(source) in down.error.message and "ermission denied" in down.error.message, down.error
+            assert not down.healthy
+            # The last generation keeps serving, and says it cannot tell how fresh it is.
+            response = daemon.client.activate_memory("closed", "advisory locks idempotency")
+            assert any("advisory" in (f.text or "") for f in response.fragments)
+            assert not response.freshness.live and "ermission denied" in (response.freshness.error or "")
+
+            os.chmod(source, 0o755)
+            editor_save(source / "notes.txt", "The quokka can read again.\n")
+            os.chown(source / "notes.txt", NOBODY, NOBODY)
+            wait_for("the edit served", lambda: served(daemon, "closed", "quokka read again", "quokka"))
+            up = wait_for("healthy again", lambda: (h := settled(daemon, "closed")) is not None and h.healthy and h)
+            assert up.error is None and up.watching
+        finally:
+            assert daemon.stop() == 0
+    finally:
+        os.chmod(base / "memory", 0o755) if (base / "memory").exists() else None
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_project_removed_mid_reindex_is_discarded_and_its_caller_told(daemon: Daemon, tmp_path: Path) -> None:
+    """The build in flight stops at its next progress step; nothing of it is published, the
+    ``index_project`` caller gets a clear error, and the daemon serves on."""
+    import threading
+
+    from memory_core.domain.errors import MemoryCoreError
+    from memory_core.entrypoints.daemon.client import DaemonClient
+
+    source = memory_folder(tmp_path / "memory")
+    for i in range(1500):  # enough units that the build runs for a while
+        (source / f"note-{i:04d}.md").write_text(f"# Note {i}\n\nThe numbat counts {i} termites.\n", encoding="utf-8")
+    daemon.client.add_project("doomed", [Source(str(source))])
+    outcome: list[object] = []
+
+    def index() -> None:
+        with DaemonClient(daemon.socket, timeout=120) as other:
+            try:
+                outcome.append(other.index_project("doomed"))
+            except MemoryCoreError as exc:
+                outcome.append(exc)
+
+    caller = threading.Thread(target=index)
+    caller.start()
+    wait_for("the build under way", lambda: (h := health(daemon, "doomed")) is not None and h.progress, timeout=60)
+    daemon.client.remove_project("doomed")
+    caller.join(120)
+    assert len(outcome) == 1 and isinstance(outcome[0], MemoryCoreError), outcome
+    assert "removed while it re-indexed" in outcome[0].message
+    assert "doomed" not in [p.project.project_id for p in daemon.client.list_projects()]
+    # Added again, it starts with no generation: the discarded build was never published.
+    daemon.client.add_project("doomed", [Source(str(source))])
+    assert daemon.client.show_project("doomed").generation is None
+    assert daemon.client.index_project("doomed").status == "built"
+    assert served(daemon, "doomed", "numbat termites 42", "numbat")

@@ -208,6 +208,7 @@ def test_an_agent_activates_memory_through_mcp(tmp_path: Path) -> None:
         assert "(you hold it: no text sent)" in seen["second"].content[0].text
         assert first["fragments"] and {f["delta_action"] for f in first["fragments"]} == {"add"}
         assert first["fragments"][0]["resource_id"] == "runbooks/deploy.md"
+        assert first["freshness"]["live"] and first["freshness"]["index_behind"] is False  # the files did not change
         assert all(f["text"] for f in first["fragments"])
         assert {f["delta_action"] for f in second["fragments"]} == {"reuse"}
         assert all(f["text"] is None for f in second["fragments"])
@@ -366,3 +367,58 @@ def test_requests_in_flight_when_stdin_ends_are_answered(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     replies = {reply["id"]: reply for reply in map(json.loads, done.stdout.decode().splitlines())}
     assert replies[1]["result"]["structuredContent"]["projects"] == [], replies
+
+
+# -- what the model reads of an answer's freshness (issue 15 item 3) --------------------------
+def _answer(freshness: dict[str, Any] | None) -> dict[str, Any]:
+    fragment = {"delta_action": "add", "unit_id": "a.md#0", "heading_path": ["A"], "text": "alpha"}
+    return {"fragments": [fragment], "totals": {"tokens": 3, "budget": 100}, "run_id": "r1",
+            "project_id": "notes", "activation_state": {"units": []}, "freshness": freshness}  # fmt: skip
+
+
+def _freshness(**changes: Any) -> dict[str, Any]:
+    current = {"live": True, "index_behind": False, "changed_resources": 0, "reindex_pending": False,
+               "effective_memory_hash": "h", "stale_resources": [], "missing_resources": [], "error": None}  # fmt: skip
+    return {**current, **changes}
+
+
+def test_a_current_answer_says_nothing_of_freshness() -> None:
+    text = mcp_replies.activation_text(_answer(_freshness()))
+    assert "behind" not in text and "since indexed" not in text and "freshness" not in text
+    assert text.splitlines()[1] == ""  # the summary line is followed by the fragments
+
+
+def test_a_lagging_answer_names_what_changed_and_what_to_do() -> None:
+    lines = mcp_replies.activation_text(_answer(_freshness(
+        index_behind=True, changed_resources=2, reindex_pending=True,
+        stale_resources=["a.md"], missing_resources=["gone.md"],
+    ))).splitlines()  # fmt: skip
+    assert lines[1] == "the index is behind the project's files (2 changed); a re-index is under way: ask again shortly"
+    assert lines[2] == "edited since indexed, read the file instead: a.md"
+    assert lines[3] == "deleted since indexed, do not rely on: gone.md"
+
+
+def test_a_lag_with_no_pending_reindex_does_not_promise_one() -> None:
+    lines = mcp_replies.activation_text(_answer(_freshness(index_behind=True, changed_resources=1))).splitlines()
+    assert lines[1] == "the index is behind the project's files (1 changed)"
+    assert "since indexed" not in "\n".join(lines)  # no returned fragment's file changed
+
+
+def test_an_unreadable_live_memory_says_freshness_is_unknown_and_why() -> None:
+    unknown = _freshness(live=False, index_behind=None, changed_resources=None,
+                         error="source '/m' is unavailable: Permission denied")  # fmt: skip
+    assert mcp_replies.activation_text(_answer(unknown)).splitlines()[1] == (
+        "freshness unknown: source '/m' is unavailable: Permission denied"
+    )
+    no_reason = _freshness(live=False, error=None)
+    assert mcp_replies.activation_text(_answer(no_reason)).splitlines()[1] == (
+        "freshness unknown: the live memory could not be read"
+    )
+
+
+def test_the_tool_says_what_freshness_means_and_how_to_wait() -> None:
+    schema = json.loads(mcp_tools.render_schema("activate_memory"))
+    for field in ("index_behind", "changed_resources", "reindex_pending", "stale_resources", "missing_resources"):
+        assert field in schema["toolDescription"], field
+    wait = schema["inputSchema"]["properties"]["wait_for_index_ms"]
+    assert wait["default"] == 0 and wait["maximum"] == 60000 and "re-index" in wait["description"]
