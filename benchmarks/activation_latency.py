@@ -15,12 +15,11 @@ revision and unit hash, so it cannot change a result) makes later runs fast.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import measured, percentile, write_result
+from benchmarks.common import measured, percentile, scratch_dir, write_result
 from benchmarks.synthetic import cranfield_queries, write_synthetic_memory
 
 NAME = "activation_latency"
@@ -162,12 +161,10 @@ def run(quick: bool) -> dict[str, Any]:
     from memory_core.adapters.models.cross_encoder import CrossEncoderReranker
     from memory_core.retrieval.rerankers import ConvexFusionReranker
 
-    os.umask(0o077)
     sizes = [1_000] if quick else [1_000, 10_000, 50_000]
     queries = cranfield_queries(WARMUP + (20 if quick else 100))
     rows = []
-    with tempfile.TemporaryDirectory(prefix="memcore-bench-latency-") as tmp:
-        work = Path(tmp)
+    with scratch_dir("latency") as work:
         model_dir = build_cross_encoder(work / "cross-encoder")
         homes: dict[int, Path] = {}
         for units in sizes:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import platform
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,15 @@ RESULTS = ROOT / "benchmarks" / "results"
 DATA = ROOT / "data"
 CRANFIELD = DATA / "cranfield"
 CISI = DATA / "cisi"
+
+
+@contextlib.contextmanager
+def scratch_dir(name: str) -> Iterator[Path]:
+    """A temporary folder for a benchmark's homes and corpora, removed afterwards. Sets the CLI's
+    umask (077) first, so what the benchmark writes is owner-only, as in a real home."""
+    os.umask(0o077)
+    with tempfile.TemporaryDirectory(prefix=f"memcore-bench-{name}-") as tmp:
+        yield Path(tmp)
 
 
 def machine() -> dict[str, Any]:

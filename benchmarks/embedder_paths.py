@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import CISI, CRANFIELD, percentile, write_result
+from benchmarks.common import CISI, CRANFIELD, measured, percentile, write_result
 
 NAME = "embedder_paths"
 # Path name -> (embedder class, inference); "fp32" (torch) is the reference every interval is against.
@@ -178,17 +178,14 @@ def _run(quick: bool, scratch: Path, torch_class: Any, onnx_class: Any) -> dict[
 
 
 def render(result: dict[str, Any]) -> str:
-    m = result["machine"]
+    quick_note = (
+        f", quick run ({QUICK_QUERIES} queries per collection ranked over a pool: their judged documents "
+        "and 100 others)"
+    )
     lines = [
         "## MiniLM inference paths",
         "",
-        f"Measured {m['date']} on {m['cpus']} CPUs ({m['processor']}, Python {m['python']})"
-        + (
-            f", quick run ({QUICK_QUERIES} queries per collection ranked over a pool: their judged documents "
-            "and 100 others)"
-            if result.get("quick")
-            else ""
-        )
+        measured(result, quick_note=quick_note)
         + f"; 1-minute load average {result['loadavg_1m'][0]:.1f}–{result['loadavg_1m'][1]:.1f} on 2 cores. "
         "Dense-only ranking of whole documents by each path of `MiniLMEmbedder`; the interval is a "
         "paired bootstrap (95 %) of the path's nDCG@10 less fp32's, over queries.",

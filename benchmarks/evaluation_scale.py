@@ -10,15 +10,12 @@ reports must agree.
 
 from __future__ import annotations
 
-import os
 import random
 import statistics
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from benchmarks.common import measured, percentile, write_result
+from benchmarks.common import measured, percentile, scratch_dir, write_result
 from benchmarks.synthetic import cranfield_queries, write_synthetic_memory
 
 NAME = "evaluation_scale"
@@ -51,12 +48,10 @@ def run(quick: bool) -> dict[str, Any]:
     from benchmarks.recording_overhead import index_folder, loadavg
     from memory_core.entrypoints.bootstrap import bootstrap
 
-    os.umask(0o077)
     cases = 200 if quick else 1_000
     queries = cranfield_queries()
     rng = random.Random(0)
-    with tempfile.TemporaryDirectory(prefix="memcore-bench-eval-") as tmp:
-        work = Path(tmp)
+    with scratch_dir("eval") as work:
         memory = write_synthetic_memory(work / "memory", UNITS)
         print("   indexing", flush=True)
         engine = index_folder(work / "home", PROJECT, memory.folder)

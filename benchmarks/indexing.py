@@ -24,12 +24,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT, machine, measured, read_result, write_result
+from benchmarks.common import ROOT, machine, measured, read_result, scratch_dir, write_result
 from benchmarks.synthetic import write_cranfield_markdown, write_synthetic_memory
 
 NAME = "indexing"
@@ -265,11 +264,9 @@ def _edit_cranfield(folder: Path) -> Any:
 
 
 def run(quick: bool) -> dict[str, Any]:
-    os.umask(0o077)
     synthetic_units = 1_000 if quick else 10_000
     corpora = []
-    with tempfile.TemporaryDirectory(prefix="memcore-bench-indexing-") as tmp:
-        work = Path(tmp)
+    with scratch_dir("indexing") as work:
         cran = write_cranfield_markdown(work / "cranfield")
         corpora.append(_measure_corpus("cranfield", cran, _edit_cranfield(cran), work))
         synthetic = write_synthetic_memory(work / "synthetic", synthetic_units)

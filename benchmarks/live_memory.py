@@ -20,12 +20,10 @@ walks the whole manifest and ``fingerprinted`` hits its cached scan of the chang
 from __future__ import annotations
 
 import os
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from benchmarks.common import percentile, write_result
+from benchmarks.common import measured, percentile, scratch_dir, write_result
 from benchmarks.synthetic import cranfield_queries, write_synthetic_memory
 
 NAME = "live_memory"
@@ -81,13 +79,12 @@ def run(quick: bool) -> dict[str, Any]:
     from memory_core.runs.records import NullRecorder
     from memory_core.services.live_memory import ScanningLiveMemory
 
-    os.umask(0o077)
     units = 1_000 if quick else TARGET_UNITS
     queries = cranfield_queries(WARMUP + (20 if quick else 200))
     rows: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="memcore-bench-live-") as tmp:
-        memory = write_synthetic_memory(Path(tmp) / "memory", units)
-        engine = bootstrap(Path(tmp) / "home", embedding_cache=shared_embedding_cache(), recorder=NullRecorder())
+    with scratch_dir("live") as work:
+        memory = write_synthetic_memory(work / "memory", units)
+        engine = bootstrap(work / "home", embedding_cache=shared_embedding_cache(), recorder=NullRecorder())
         try:
             engine.add_project(PROJECT, [Source(str(memory.folder))])
             report = engine.index(PROJECT)
@@ -106,10 +103,7 @@ def run(quick: bool) -> dict[str, Any]:
                     "fingerprinted": FileSystemLiveMemory(scanner),
                     "scan": ScanningLiveMemory(scanner),
                 }
-                for q in queries[:WARMUP]:
-                    for v in variants.values():
-                        engine.live_memory = v
-                        engine.activate(PROJECT, q)
+                _measure(engine, variants, queries[:WARMUP])  # warm-up rounds: their figures are dropped
                 print(f"   {units:,} units, index {state}: {len(queries) - WARMUP} queries each", flush=True)
                 load = [os.getloadavg()[0]]
                 rows[state] = _measure(engine, variants, queries[WARMUP:])
@@ -137,12 +131,10 @@ def run(quick: bool) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> str:
-    m = result["machine"]
     lines = [
         "## Reading the live Effective Memory at activation",
         "",
-        f"Measured {m['date']} on {m['cpus']} CPUs ({m['processor']}, {m['platform']}, Python {m['python']})"
-        + (", quick run" if result.get("quick") else "")
+        measured(result)
         + f". One synthetic project of {result['units']:,} units ({result['resources']:,} files), indexed with "
         "the real adapters; one warm engine without a recorder answers "
         f"{result['queries']} Cranfield queries per row while its LiveMemory takes turns query by query "

@@ -17,12 +17,11 @@ from __future__ import annotations
 import os
 import random
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, ROOT, measured, percentile, read_result, write_result
+from benchmarks.common import RESULTS, ROOT, measured, percentile, read_result, scratch_dir, write_result
 from benchmarks.synthetic import cranfield_queries, write_synthetic_memory
 
 NAME = "recording_overhead"
@@ -231,29 +230,10 @@ def _back_to_back(engine: Any, store: Any, recorders: dict[str, Any], queries: l
 
 
 def run(quick: bool) -> dict[str, Any]:
-    from memory_core.adapters.sqlite.database import open_database
-    from memory_core.adapters.sqlite.runs import SqliteRunStore
-
-    os.umask(0o077)
     sizes = [1_000] if quick else [1_000, 3_000, 10_000]
     queries = cranfield_queries(WARMUP + (60 if quick else 200))
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="memcore-bench-recording-") as tmp:
-        work = Path(tmp)
-        for units in sizes:
-            memory = write_synthetic_memory(work / f"memory-{units}", units)
-            print(f"   {units:,} units: indexing", flush=True)
-            t0 = time.perf_counter()
-            engine = index_folder(work / f"home-{units}", PROJECT, memory.folder)
-            sync_store = SqliteRunStore(open_database(work / f"home-{units}" / "local.db"), write_behind=False)
-            try:
-                index_s = time.perf_counter() - t0
-                fill_history(engine, RETENTION_CAP)
-                print(f"   {units:,} units: measuring", flush=True)
-                rows.append({"units": units, "index_s": round(index_s, 1), **measure(engine, queries, sync_store)})
-            finally:
-                sync_store.close()
-                engine.close()
+    with scratch_dir("recording") as work:
+        rows = [_measure_size(work, units, queries) for units in sizes]
     target = next((r for r in rows if r["units"] == TARGET_UNITS), None)
     verdict = None
     if target is not None:
@@ -266,15 +246,44 @@ def run(quick: bool) -> dict[str, Any]:
     return write_result(NAME, {"quick": quick, "retention_cap_runs": RETENTION_CAP, "rows": rows, "target": verdict})
 
 
+def _measure_size(work: Path, units: int, queries: list[str]) -> dict[str, Any]:
+    """One row: a synthetic project of ``units`` units indexed (timed), its history filled to the
+    retention cap, then ``measure``d."""
+    from memory_core.adapters.sqlite.database import open_database
+    from memory_core.adapters.sqlite.runs import SqliteRunStore
+
+    memory = write_synthetic_memory(work / f"memory-{units}", units)
+    print(f"   {units:,} units: indexing", flush=True)
+    t0 = time.perf_counter()
+    engine = index_folder(work / f"home-{units}", PROJECT, memory.folder)
+    sync_store = SqliteRunStore(open_database(work / f"home-{units}" / "local.db"), write_behind=False)
+    try:
+        index_s = time.perf_counter() - t0
+        fill_history(engine, RETENTION_CAP)
+        print(f"   {units:,} units: measuring", flush=True)
+        return {"units": units, "index_s": round(index_s, 1), **measure(engine, queries, sync_store)}
+    finally:
+        sync_store.close()
+        engine.close()
+
+
 def _ci(row: dict[str, Any]) -> str:
     ci = row.get("ratio_p50_ci95")
     return f" ({ci[0]:.3f}–{ci[1]:.3f})" if ci else ""
 
 
 def render(result: dict[str, Any]) -> str:
-    lines = [
-        "## Recording overhead",
-        "",
+    from benchmarks.plots import link
+
+    lines = ["## Recording overhead", "", _method(result), "", *_table(result["rows"]), "", _verdict(result)]
+    if result["rows"]:
+        lines += ["", _growth(result)]
+    lines += ["", link(NAME, "activation recorded vs unrecorded"), ""]
+    return "\n".join(lines)
+
+
+def _method(result: dict[str, Any]) -> str:
+    return (
         measured(result)
         + ". In process, one engine per synthetic project (`benchmarks/synthetic.py`), default profile; "
         "the same warm activations unrecorded (`NullRecorder`), *recorded* by the real `SqliteRunStore` as "
@@ -291,69 +300,74 @@ def render(result: dict[str, Any]) -> str:
         "(hand the `running` insert and the prune to the writer thread, which does them while the pipeline "
         "ranks) + `complete` (turn the candidates into rows, wait for that insert, queue the transaction "
         "or, sync, run it). The machine is shared and noisy (`load avg`: 1-minute load before and after); "
-        "ratios come from interleaved measurements of the same run.",
-        "",
+        "ratios come from interleaved measurements of the same run."
+    )
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    head = [
         "| units | rounds | unrecorded p50 / p95 | recorded p50 / p95 | ratio of p50 (95% CI) | recorder p50 "
         "| tail p50 / p95 | recorded, sync p50 | sync ratio of p50 (95% CI) | sync recorder p50 "
         "| back to back: ms per activation, ratio | candidates p50 | load avg |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in result["rows"]:
-        w = r["wall_ms"]
-        b2b = r["back_to_back"]
-        sync_ci = r["sync_ratio_p50_ci95"]
-        lines.append(
-            f"| {r['units']:,} | {r['pairs']} | {w['unrecorded']['p50']:.1f} / {w['unrecorded']['p95']:.1f} "
-            f"| {w['recorded']['p50']:.1f} / {w['recorded']['p95']:.1f} | {r['ratio_p50']:.3f}{_ci(r)} "
-            f"| {r['recorder_ms']['total']['p50']:.2f} "
-            f"| {r['write_behind_tail_ms']['p50']:.2f} / {r['write_behind_tail_ms']['p95']:.2f} "
-            f"| {w['recorded_sync']['p50']:.1f} | {r['sync_ratio_p50']:.3f} ({sync_ci[0]:.3f}–{sync_ci[1]:.3f}) "
-            f"| {r['sync_recorder_ms']['total']['p50']:.2f} "
-            f"| {b2b['mean_ms']['recorded']:.1f} vs {b2b['mean_ms']['unrecorded']:.1f}, {b2b['ratio']:.3f} "
-            f"| {r['candidates_p50']:.0f} "
-            f"| {'–'.join(f'{x:.1f}' for x in r['loadavg_1m'])} |"
-        )
-    lines.append("")
+    return head + [_row(r) for r in rows]
+
+
+def _row(r: dict[str, Any]) -> str:
+    w = r["wall_ms"]
+    b2b = r["back_to_back"]
+    sync_ci = r["sync_ratio_p50_ci95"]
+    return (
+        f"| {r['units']:,} | {r['pairs']} | {w['unrecorded']['p50']:.1f} / {w['unrecorded']['p95']:.1f} "
+        f"| {w['recorded']['p50']:.1f} / {w['recorded']['p95']:.1f} | {r['ratio_p50']:.3f}{_ci(r)} "
+        f"| {r['recorder_ms']['total']['p50']:.2f} "
+        f"| {r['write_behind_tail_ms']['p50']:.2f} / {r['write_behind_tail_ms']['p95']:.2f} "
+        f"| {w['recorded_sync']['p50']:.1f} | {r['sync_ratio_p50']:.3f} ({sync_ci[0]:.3f}–{sync_ci[1]:.3f}) "
+        f"| {r['sync_recorder_ms']['total']['p50']:.2f} "
+        f"| {b2b['mean_ms']['recorded']:.1f} vs {b2b['mean_ms']['unrecorded']:.1f}, {b2b['ratio']:.3f} "
+        f"| {r['candidates_p50']:.0f} "
+        f"| {'–'.join(f'{x:.1f}' for x in r['loadavg_1m'])} |"
+    )
+
+
+def _verdict(result: dict[str, Any]) -> str:
     target = result.get("target")
     if target is None:
-        lines.append(
+        return (
             f"Target (overhead ≤ {TARGET_RATIO - 1:.0%} at {TARGET_UNITS:,} units): not measured in this run "
             "(the quick run stops at 1,000 units)."
         )
-    else:
-        state = "met" if target["met"] else "**not met**"
-        row = next(r for r in result["rows"] if r["units"] == TARGET_UNITS)
-        ci = target.get("ci95")
-        lines.append(
-            f"Target (overhead ≤ {TARGET_RATIO - 1:.0%} at {TARGET_UNITS:,} units, ratio of p50, as the product "
-            f"runs): {state}, {target['ratio_p50']:.3f}"
-            + (f" (95% CI {ci[0]:.3f}–{ci[1]:.3f})" if ci else "")
-            + f". Committing the trace before answering (`--sync-history`) costs {row['sync_ratio_p50']:.3f}, "
-            f"and back to back, where the writer's work competes with the next activation, recording costs "
-            f"{row['back_to_back']['ratio']:.3f} in all: writing behind the answer takes the trace's "
-            "transaction off the agent's wait, not off the machine."
-        )
-    growth = read_result("recording")
-    if result["rows"]:
-        recorder = ", ".join(
-            f"{r['recorder_ms']['total']['p50']:.2f} ms at {r['units']:,} units" for r in result["rows"]
-        )
-        lines += ["", f"**Growth with corpus size.** The recorder's own p50 above: {recorder}."]
-        if growth is not None:
-            sizes = list(growth["sizes"].values())
-            lines[-1] += (
-                f" Isolated (`benchmarks/results/recording.json`, {growth['candidates']} candidates, "
-                f"{growth['machine']['date']}): {sizes[0]['median_ms']:.2f} ms with a "
-                f"{sizes[0]['resources']:,}-resource manifest vs {sizes[-1]['median_ms']:.2f} ms with "
-                f"{sizes[-1]['resources']:,} resources, ratio {growth['ratio_of_medians']:.3f} (target ≤ "
-                f"{growth['target_ratio']}): a Run refers to its manifest by hash, so its cost follows the "
-                "number of candidates, not the corpus."
-            )
-    from benchmarks.plots import link
+    state = "met" if target["met"] else "**not met**"
+    row = next(r for r in result["rows"] if r["units"] == TARGET_UNITS)
+    ci = target.get("ci95")
+    return (
+        f"Target (overhead ≤ {TARGET_RATIO - 1:.0%} at {TARGET_UNITS:,} units, ratio of p50, as the product "
+        f"runs): {state}, {target['ratio_p50']:.3f}"
+        + (f" (95% CI {ci[0]:.3f}–{ci[1]:.3f})" if ci else "")
+        + f". Committing the trace before answering (`--sync-history`) costs {row['sync_ratio_p50']:.3f}, "
+        f"and back to back, where the writer's work competes with the next activation, recording costs "
+        f"{row['back_to_back']['ratio']:.3f} in all: writing behind the answer takes the trace's "
+        "transaction off the agent's wait, not off the machine."
+    )
 
-    lines += ["", link(NAME, "activation recorded vs unrecorded")]
-    lines.append("")
-    return "\n".join(lines)
+
+def _growth(result: dict[str, Any]) -> str:
+    """The recorder's own cost by corpus size, beside the isolated figure (``bench_recording``)."""
+    recorder = ", ".join(f"{r['recorder_ms']['total']['p50']:.2f} ms at {r['units']:,} units" for r in result["rows"])
+    text = f"**Growth with corpus size.** The recorder's own p50 above: {recorder}."
+    growth = read_result("recording")
+    if growth is None:
+        return text
+    sizes = list(growth["sizes"].values())
+    return text + (
+        f" Isolated (`benchmarks/results/recording.json`, {growth['candidates']} candidates, "
+        f"{growth['machine']['date']}): {sizes[0]['median_ms']:.2f} ms with a "
+        f"{sizes[0]['resources']:,}-resource manifest vs {sizes[-1]['median_ms']:.2f} ms with "
+        f"{sizes[-1]['resources']:,} resources, ratio {growth['ratio_of_medians']:.3f} (target ≤ "
+        f"{growth['target_ratio']}): a Run refers to its manifest by hash, so its cost follows the "
+        "number of candidates, not the corpus."
+    )
 
 
 def main() -> int:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from memory_core.adapters.models.minilm import available_cores, file_sha256, quiet_model_loading, require_torch
+from memory_core.adapters.models.minilm import available_cores, file_sha256, load_local_model, require_torch
 from memory_core.domain.errors import InvalidRequest
 from memory_core.retrieval.pipeline import RerankInput
 
@@ -52,17 +53,14 @@ class CrossEncoderReranker:
         self.batch_size = batch_size
         self.max_length = max_length
         self.torch_threads = torch_threads
-        self._revision: str | None = None
         self._tokenizer: Any = None
         self._model: Any = None
         self._effective_max_length = max_length
         self._lock = threading.Lock()
 
-    @property
+    @cached_property
     def revision(self) -> str:
-        if self._revision is None:
-            self._revision = f"cross-encoder:{self.model_dir.name}@{weights_digest(self.model_dir)[:12]}"
-        return self._revision
+        return f"cross-encoder:{self.model_dir.name}@{weights_digest(self.model_dir)[:12]}"
 
     @property
     def loaded(self) -> bool:
@@ -73,12 +71,7 @@ class CrossEncoderReranker:
             if self._model is not None:
                 return
             require_torch()
-            from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-            with quiet_model_loading():
-                tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
-                model = AutoModelForSequenceClassification.from_pretrained(str(self.model_dir), local_files_only=True)
-            model.to(self.device).eval()
+            tokenizer, model = load_local_model(self.model_dir, self.device, "AutoModelForSequenceClassification")
             # A model cannot read past its position embeddings, whatever max_length asks for.
             limits = [self.max_length, getattr(model.config, "max_position_embeddings", None)]
             self._effective_max_length = min(x for x in limits if isinstance(x, int) and x > 0)

@@ -30,10 +30,11 @@ import os
 import threading
 import unicodedata
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -141,6 +142,19 @@ def weights_sha256(model_dir: Path) -> str:
         raise ModelUnavailable(f"cannot read the model weights: {e}", model_dir=str(model_dir)) from e
 
 
+def load_local_model(model_dir: Path, device: str, auto_class: str = "AutoModel") -> tuple[Any, Any]:
+    """The tokenizer and the model saved in ``model_dir`` (never downloaded), the model in eval
+    mode on ``device``; ``auto_class`` names the transformers class that reads it. Call
+    ``require_torch`` first."""
+    import transformers
+
+    with quiet_model_loading():
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+        model = getattr(transformers, auto_class).from_pretrained(str(model_dir), local_files_only=True)
+    model.to(device).eval()
+    return tokenizer, model
+
+
 class QueryCache:
     """The bounded LRU of query vectors both MiniLM embedders keep (``size`` entries, 0: none),
     keyed by the revision and the ``normalized_query``. A hit returns a copy, and a miss stores
@@ -181,14 +195,58 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-class MiniLMEmbedder:
+class MiniLMBase:
+    """What both MiniLM embedders share (torch here, ONNX Runtime in onnx_minilm.py): the shipped
+    model, the inference path and the revision it gives, the batch and query settings, and the
+    query cache in front of ``_encode``, which each path implements."""
+
+    dimensions = DIMENSIONS
+    # The revision suffix of each inference path: the two embedders' vectors differ.
+    revision_suffix: ClassVar[Mapping[str, str]]
+
+    def __init__(
+        self,
+        model_dir: Path | str | None,
+        inference: str,
+        batch_size: int,
+        max_length: int,
+        query_threads: int,
+        query_cache_size: int,
+    ) -> None:
+        self.inference = check_inference(inference)
+        self._queries = QueryCache(query_cache_size)
+        self.query_cache_size = query_cache_size
+        self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.query_threads = query_threads
+        self._tokenizer: Any = None
+        self._load_lock = threading.Lock()
+
+    @cached_property
+    def revision(self) -> str:
+        return f"{MODEL_NAME}@{weights_sha256(self.model_dir)[:12]}{self.revision_suffix[self.inference]}"
+
+    def embed_query(self, text: str) -> Vector:
+        return self._queries.vector(self.revision, text, lambda t: self._encode([t], self.query_threads)[0])
+
+    @property
+    def cached_queries(self) -> int:
+        return len(self._queries)
+
+    def _encode(self, texts: list[str], threads: int) -> np.ndarray:
+        """One forward pass over ``texts`` on ``threads`` threads, without the query cache."""
+        raise NotImplementedError
+
+
+class MiniLMEmbedder(MiniLMBase):
     """Mean-pooled, L2-normalised sentence embeddings; 384 dimensions, at most 256 tokens a text.
 
     Returns rows as float32 numpy arrays. Texts are batched by length to cut padding; a text's
     vector does not depend on its batch beyond float rounding (~1e-6).
     """
 
-    dimensions = DIMENSIONS
+    revision_suffix = _REVISION_SUFFIX
 
     def __init__(
         self,
@@ -203,30 +261,14 @@ class MiniLMEmbedder:
     ) -> None:
         if batch_size < 1 or max_length < 2:
             raise InvalidRequest("batch_size must be >= 1 and max_length >= 2")
-        self.inference = check_inference(inference)
-        self._queries = QueryCache(query_cache_size)
-        self.query_cache_size = query_cache_size
-        self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
+        super().__init__(model_dir, inference, batch_size, max_length, query_threads, query_cache_size)
         self.device = device
-        self.batch_size = batch_size
-        self.max_length = max_length
         self.torch_threads = torch_threads
-        self.query_threads = query_threads
         self._batch_threads = 1
-        self._revision: str | None = None
-        self._tokenizer: Any = None
         self._model: Any = None
-        self._load_lock = threading.Lock()
         # One forward pass at a time: the thread count is process-wide, and a query waits for
         # one batch, never for a whole indexing call.
         self._run_lock = threading.Lock()
-
-    @property
-    def revision(self) -> str:
-        if self._revision is None:
-            digest = weights_sha256(self.model_dir)
-            self._revision = f"{MODEL_NAME}@{digest[:12]}{_REVISION_SUFFIX[self.inference]}"
-        return self._revision
 
     @property
     def loaded(self) -> bool:
@@ -234,19 +276,16 @@ class MiniLMEmbedder:
 
     def load(self) -> None:
         """Import torch and transformers and load the weights; idempotent and thread-safe."""
+        if self._model is not None:  # set last, once loaded: a query takes no lock to know
+            return
         with self._load_lock:
             if self._model is not None:
                 return
             require_torch()
-            from transformers import AutoModel, AutoTokenizer
-
             # Never above the cores this process may run on (containers often report more).
             self._batch_threads = self.torch_threads or available_cores()
             try:
-                with quiet_model_loading():
-                    tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
-                    model = AutoModel.from_pretrained(str(self.model_dir), local_files_only=True)
-                model.to(self.device).eval()
+                tokenizer, model = load_local_model(self.model_dir, self.device)
                 if self.inference == "int8":
                     model = _quantized(model)
             except Exception as e:  # any loader's error (OSError, ValueError, safetensors') is one typed error
@@ -279,11 +318,7 @@ class MiniLMEmbedder:
 
     def embed_query(self, text: str) -> Vector:
         self.load()
-        return self._queries.vector(self.revision, text, lambda t: self._encode([t], self.query_threads)[0])
-
-    @property
-    def cached_queries(self) -> int:
-        return len(self._queries)
+        return super().embed_query(text)
 
     def _encode(self, texts: list[str], threads: int) -> np.ndarray:
         import torch
@@ -328,16 +363,12 @@ class MiniLMTokenCounter:
 
     def __init__(self, model_dir: Path | str | None = None) -> None:
         self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
-        self._revision: str | None = None
         self._tokenizer: Any = None
         self._lock = threading.Lock()
 
-    @property
+    @cached_property
     def revision(self) -> str:
-        if self._revision is None:
-            digest = file_sha256(self.model_dir / TOKENIZER_FILE)
-            self._revision = f"minilm-wordpiece@{digest[:12]}"
-        return self._revision
+        return f"minilm-wordpiece@{file_sha256(self.model_dir / TOKENIZER_FILE)[:12]}"
 
     def _loaded(self) -> Any:
         if self._tokenizer is None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -35,17 +34,14 @@ from typing import Any, cast
 import numpy as np
 
 from memory_core.adapters.models.minilm import (
-    DIMENSIONS,
     MAX_TOKENS,
     MODEL_NAME,
     QUERY_CACHE_SIZE,
     TOKENIZER_FILE,
     WEIGHTS_FILE,
+    MiniLMBase,
     ModelUnavailable,
-    QueryCache,
     available_cores,
-    check_inference,
-    default_model_dir,
     file_sha256,
     weights_sha256,
 )
@@ -63,11 +59,11 @@ def default_cache_dir() -> Path:
     return HomeLayout.at(resolve_home()).models_dir
 
 
-class OnnxMiniLMEmbedder:
+class OnnxMiniLMEmbedder(MiniLMBase):
     """Mean-pooled, L2-normalised sentence embeddings through ONNX Runtime; 384 dimensions, at
     most 256 tokens a text; rows are float32 numpy arrays. The Embedder port, as MiniLMEmbedder."""
 
-    dimensions = DIMENSIONS
+    revision_suffix = _REVISION_SUFFIX
 
     def __init__(
         self,
@@ -82,26 +78,11 @@ class OnnxMiniLMEmbedder:
     ) -> None:
         if batch_size < 1 or max_length < 2 or query_threads < 1 or (batch_threads is not None and batch_threads < 1):
             raise InvalidRequest("batch_size, query_threads and batch_threads must be >= 1 and max_length >= 2")
-        self.inference = check_inference(inference)
-        self._queries = QueryCache(query_cache_size)
-        self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
+        super().__init__(model_dir, inference, batch_size, max_length, query_threads, query_cache_size)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        self.batch_size = batch_size
-        self.max_length = max_length
         self.batch_threads = batch_threads
-        self.query_threads = query_threads
-        self.query_cache_size = query_cache_size
-        self._revision: str | None = None
-        self._tokenizer: Any = None
         self._model_file: Path | None = None
         self._sessions: dict[int, Any] = {}  # intra-op threads -> session
-        self._load_lock = threading.Lock()
-
-    @property
-    def revision(self) -> str:
-        if self._revision is None:
-            self._revision = f"{MODEL_NAME}@{weights_sha256(self.model_dir)[:12]}{_REVISION_SUFFIX[self.inference]}"
-        return self._revision
 
     @property
     def loaded(self) -> bool:
@@ -137,13 +118,6 @@ class OnnxMiniLMEmbedder:
             for i, row in zip(batch, self._run(session, [encodings[i] for i in batch]), strict=True):
                 vectors[i] = row
         return cast(list[Vector], vectors)
-
-    def embed_query(self, text: str) -> Vector:
-        return self._queries.vector(self.revision, text, lambda t: self._encode([t], self.query_threads)[0])
-
-    @property
-    def cached_queries(self) -> int:
-        return len(self._queries)
 
     def _encode(self, texts: list[str], threads: int) -> np.ndarray:
         """One forward pass over ``texts`` on the session of ``threads`` intra-op threads (no

@@ -70,6 +70,13 @@ class RunWriter:
         with self._main_lock:
             insert(self._main)
 
+    def wait(self, run_id: str) -> None:
+        """Wait for ``run_id``'s queued insert, if any, and re-raise its error."""
+        with self._lock:
+            future = self._pending.pop(run_id, None)
+        if future is not None:
+            future.result()
+
     def write_behind(self, write: Callable[[apsw.Connection], None]) -> bool:
         """Queue ``write`` (it handles its own errors); False when it must run inline instead."""
         with self._lock:
@@ -89,12 +96,6 @@ class RunWriter:
             assert self._sibling is not None
             self._conn = self._sibling.open()
         job(self._conn)
-
-    def wait(self, run_id: str) -> None:
-        with self._lock:
-            future = self._pending.pop(run_id, None)
-        if future is not None:
-            future.result()
 
     def settle(self) -> None:
         """Wait for every queued write; forget the inserts that succeeded (``wait`` needs none)."""

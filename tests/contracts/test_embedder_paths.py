@@ -19,6 +19,7 @@ from memory_core.adapters.models.minilm import (
 from memory_core.domain.errors import InvalidRequest, ProjectNotIndexed, RetrievalFailed
 from memory_core.domain.model import Source
 from memory_core.entrypoints.bootstrap import bootstrap
+from tests.runs import outcome
 
 pytestmark = pytest.mark.slow
 
@@ -114,11 +115,7 @@ def test_switching_the_inference_path_re_embeds_and_never_mixes(tmp_path: Path, 
         with pytest.raises(ProjectNotIndexed) as info:
             switched.activate("notes", "how do I roll back?")
         run = switched.get_run(info.value.details["run_id"])
-        assert (run.summary.status, run.summary.error_stage, run.summary.error_code) == (
-            "failed",
-            "embed_query",
-            "project_not_indexed",
-        )
+        assert outcome(run) == ("failed", "embed_query", "project_not_indexed")
         again = switched.index("notes")
         assert again.status == "built"
         assert (again.embedded, again.reused_embeddings) == (again.units, 0)  # no fp32 vector reused
@@ -145,11 +142,7 @@ def test_a_model_that_fails_to_load_is_a_failed_run_with_a_stage_code(tmp_path: 
             engine.activate("notes", "rollback")
         assert (info.value.stage, info.value.error_code) == ("embed_query", "model_unavailable")
         run = engine.get_run(info.value.run_id or "")
-        assert (run.summary.status, run.summary.error_stage, run.summary.error_code) == (
-            "failed",
-            "embed_query",
-            "model_unavailable",
-        )
+        assert outcome(run) == ("failed", "embed_query", "model_unavailable")
     finally:
         engine.close()
     with pytest.raises(ModelUnavailable):

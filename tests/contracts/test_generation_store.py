@@ -15,22 +15,12 @@ from hypothesis import strategies as st
 from memory_core.adapters.files.generation_store import SEALED, TRASH_PREFIX, UNITS, FileGenerationStore
 from memory_core.adapters.in_memory.storage import InMemoryGenerationStore
 from memory_core.domain.errors import GenerationCorrupted, InvalidProjectName, InvalidRequest
-from memory_core.domain.model import Unit, unit_hash_of, unit_id_for
+from memory_core.domain.model import Unit
+from tests.units import whole_text_unit
 
 
 def unit(resource_id: str, ordinal: int, text: str, heading: tuple[str, ...] = ("Title",)) -> Unit:
-    return Unit(
-        unit_id=unit_id_for(resource_id, ordinal),
-        resource_id=resource_id,
-        ordinal=ordinal,
-        start=0,
-        end=len(text),
-        heading_path=heading,
-        text=text,
-        token_count=len(text.split()),
-        unit_hash=unit_hash_of(text, 0, len(text)),
-        resource_hash="ab" * 32,
-    )
+    return whole_text_unit(resource_id, ordinal, text, heading, resource_hash="ab" * 32)
 
 
 UNITS_A = [unit("a.md", 0, "# Title\nalpha"), unit("a.md", 1, "naïve ☃ text\nline two"), unit("b.md", 0, "")]

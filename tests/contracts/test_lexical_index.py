@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from memory_core.adapters.in_memory.lexical import InMemoryLexicalIndexFactory
 from memory_core.domain.errors import GenerationCorrupted
-from memory_core.domain.model import Unit, unit_hash_of
+from memory_core.domain.model import Unit
 from memory_core.ports import LexicalIndexFactory, LexicalSearcher
+from tests.units import whole_text_unit
 
 
 def _lucene() -> LexicalIndexFactory:
@@ -31,17 +32,7 @@ FACTORIES: dict[str, Callable[[], LexicalIndexFactory]] = {
 
 def unit(unit_id: str, text: str, heading_path: tuple[str, ...] = ()) -> Unit:
     resource_id, _, ordinal = unit_id.rpartition("#")
-    return Unit(
-        unit_id=unit_id,
-        resource_id=resource_id,
-        ordinal=int(ordinal),
-        start=0,
-        end=len(text),
-        heading_path=heading_path,
-        text=text,
-        token_count=len(text.split()),
-        unit_hash=unit_hash_of(text, 0, len(text)),
-    )
+    return whole_text_unit(resource_id, int(ordinal), text, heading_path)
 
 
 # Ids with the characters real resource paths bring: separators, dots, spaces, non-ASCII, an

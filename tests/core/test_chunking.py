@@ -76,6 +76,13 @@ def assert_invariants(text: str, units: list[Unit], resource_id: str = "docs/a.m
     assert "".join(visible(u.text) for u in units) == visible(text)
 
 
+def heading_paths(text: str) -> list[tuple[str, ...]]:
+    """The heading path of each unit ``text`` chunks into, once the units' invariants hold."""
+    units = chunk(text)
+    assert_invariants(text, units)
+    return [u.heading_path for u in units]
+
+
 # -- examples: headings ---------------------------------------------------------------------
 
 RUNBOOK = """Preface before any heading.
@@ -157,9 +164,7 @@ def test_heading_titles_are_stripped_of_markers() -> None:
 
 def test_unicode_titles_and_text() -> None:
     text = "# שלום עולם\n\nمرحبا بالعالم 👩‍💻\n\n## Cafe\u0301 ☕\n\nRésumé e\u0301\u0301.\n"
-    units = chunk(text)
-    assert [u.heading_path for u in units] == [("שלום עולם",), ("שלום עולם", "Cafe\u0301 ☕")]
-    assert_invariants(text, units)
+    assert heading_paths(text) == [("שלום עולם",), ("שלום עולם", "Cafe\u0301 ☕")]
 
 
 def test_setext_headings() -> None:
@@ -178,9 +183,7 @@ def test_setext_headings() -> None:
 
 def test_headings_inside_fences_are_ignored() -> None:
     text = "# Real\n\n```bash\n# not a heading\n\necho hi\n```\n\n~~~\n## also not\n```\n~~~\n\n## Real child\n\ntext"
-    units = chunk(text)
-    assert [u.heading_path for u in units] == [("Real",), ("Real", "Real child")]
-    assert_invariants(text, units)
+    assert heading_paths(text) == [("Real",), ("Real", "Real child")]
 
 
 def test_unclosed_fence_runs_to_the_end() -> None:

@@ -1,4 +1,5 @@
-"""Evaluation metrics: trec_eval parity (pytrec_eval), properties, and fixed examples."""
+"""Evaluation metrics: trec_eval parity (pytrec_eval), properties, and fixed examples (the statistics
+beneath the reports: test_metric_statistics.py)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,6 @@ from memory_core.evaluation.metrics import (
     ideal_gains,
     mrr,
     ndcg_at,
-    paired_bootstrap,
-    paired_randomization_p,
-    percentile_nearest_rank,
     recall_at,
     resource_diversity_at,
     resource_of_unit,
@@ -40,6 +38,8 @@ from memory_core.evaluation.metrics import (
 TREC_MEASURES = {"recall_20", "ndcg_cut_10", "recip_rank"}
 PARITY = settings(max_examples=350, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PROPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# What ``cases`` draws: a ranking, its judgments and a frozen corpus (resource id -> hash).
+Case = tuple[list[RankedItem], Judgments, dict[str, str]]
 
 
 # --- generators --------------------------------------------------------------------------------
@@ -59,9 +59,7 @@ def universes(draw: st.DrawFn) -> tuple[list[str], dict[str, list[str]]]:
 
 
 @st.composite
-def cases(
-    draw: st.DrawFn, *, unit_only: bool = False, duplicates: bool = False
-) -> tuple[list[RankedItem], Judgments, dict[str, str]]:
+def cases(draw: st.DrawFn, *, unit_only: bool = False, duplicates: bool = False) -> Case:
     """A ranking, judgments and a frozen corpus over one random universe."""
     resources, units = draw(universes())
     all_units = [u for r in resources for u in units[r]]
@@ -111,9 +109,7 @@ def assert_parity(ours: dict[str, float | None], theirs: dict[str, float]) -> No
 
 @PARITY
 @given(cases(unit_only=True))
-def test_unit_level_equals_trec_eval_with_unit_judgments_only(
-    case: tuple[list[RankedItem], Judgments, dict[str, str]],
-) -> None:
+def test_unit_level_equals_trec_eval_with_unit_judgments_only(case: Case) -> None:
     ranking, judgments, _ = case
     graded = grade_units(ranking, judgments)
     if not any(rel >= 1 for rel in judgments.units.values()):
@@ -124,9 +120,7 @@ def test_unit_level_equals_trec_eval_with_unit_judgments_only(
 
 @PARITY
 @given(cases())
-def test_resource_level_equals_trec_eval_on_the_document_run(
-    case: tuple[list[RankedItem], Judgments, dict[str, str]],
-) -> None:
+def test_resource_level_equals_trec_eval_on_the_document_run(case: Case) -> None:
     ranking, judgments, _ = case
     # qrels built here, independently: the larger of the resource's and its units' judgments.
     qrels = dict(judgments.resources)
@@ -242,9 +236,7 @@ def test_unit_to_resource_mapping_wins_over_the_id() -> None:
 
 @PROPS
 @given(cases(duplicates=True))
-def test_each_resource_judgment_is_earned_at_most_once(
-    case: tuple[list[RankedItem], Judgments, dict[str, str]],
-) -> None:
+def test_each_resource_judgment_is_earned_at_most_once(case: Case) -> None:
     ranking, judgments, _ = case
     gains = earned_gains(ranking, judgments)
     for rid, rel in judgments.resources.items():
@@ -264,7 +256,7 @@ def test_each_resource_judgment_is_earned_at_most_once(
 
 @PROPS
 @given(cases(duplicates=True), st.integers(1, 25))
-def test_every_metric_is_within_unit_interval(case: tuple[list[RankedItem], Judgments, dict[str, str]], k: int) -> None:
+def test_every_metric_is_within_unit_interval(case: Case, k: int) -> None:
     ranking, judgments, corpus = case
     for level in MetricLevel:
         graded = grade(ranking, judgments, level)
@@ -284,9 +276,7 @@ def test_every_metric_is_within_unit_interval(case: tuple[list[RankedItem], Judg
 
 @PROPS
 @given(cases(duplicates=True))
-def test_scope_violation_and_stale_never_count_the_same_item(
-    case: tuple[list[RankedItem], Judgments, dict[str, str]],
-) -> None:
+def test_scope_violation_and_stale_never_count_the_same_item(case: Case) -> None:
     ranking, _, corpus = case
     for it in ranking[:20]:
         absent = it.resource_id not in corpus
@@ -305,9 +295,7 @@ def test_scope_violation_and_stale_never_count_the_same_item(
 
 @PROPS
 @given(cases(duplicates=True), st.integers(1, 12), st.randoms(use_true_random=False))
-def test_order_below_the_cutoff_does_not_matter(
-    case: tuple[list[RankedItem], Judgments, dict[str, str]], k: int, rnd: random.Random
-) -> None:
+def test_order_below_the_cutoff_does_not_matter(case: Case, k: int, rnd: random.Random) -> None:
     ranking, judgments, _ = case
     # The cutoff applies to each level's own ranking: units, or the first unit of each resource.
     for level, ranked in ((MetricLevel.UNIT, ranking), (MetricLevel.RESOURCE, resource_ranking(ranking))):
@@ -321,9 +309,7 @@ def test_order_below_the_cutoff_does_not_matter(
 
 @PROPS
 @given(cases(duplicates=True), st.randoms(use_true_random=False))
-def test_unit_metrics_ignore_the_order_of_unjudged_items(
-    case: tuple[list[RankedItem], Judgments, dict[str, str]], rnd: random.Random
-) -> None:
+def test_unit_metrics_ignore_the_order_of_unjudged_items(case: Case, rnd: random.Random) -> None:
     ranking, judgments, _ = case
 
     def unjudged(it: RankedItem) -> bool:
@@ -346,7 +332,7 @@ def test_unit_metrics_ignore_the_order_of_unjudged_items(
 
 @PROPS
 @given(cases(), st.integers(1, 30))
-def test_ideal_ranking_has_ndcg_one(case: tuple[list[RankedItem], Judgments, dict[str, str]], k: int) -> None:
+def test_ideal_ranking_has_ndcg_one(case: Case, k: int) -> None:
     _, judgments, _ = case
     # Unit level: each judged unit, and for each judged resource a fresh unjudged unit of it.
     earners = [(rel, item(u)) for u, rel in judgments.units.items()]
@@ -368,7 +354,7 @@ def test_ideal_ranking_has_ndcg_one(case: tuple[list[RankedItem], Judgments, dic
 
 @PROPS
 @given(cases(duplicates=True))
-def test_recall_is_monotone_in_k(case: tuple[list[RankedItem], Judgments, dict[str, str]]) -> None:
+def test_recall_is_monotone_in_k(case: Case) -> None:
     ranking, judgments, _ = case
     for level in MetricLevel:
         graded = grade(ranking, judgments, level)
@@ -405,90 +391,6 @@ def test_scope_violation_and_stale_result() -> None:
     assert scope_violation_at(beyond, corpus) == 0.0  # rank 21 is outside the top 20
 
 
-# --- percentiles and means ---------------------------------------------------------------------
-
-
-def test_percentile_nearest_rank_examples() -> None:
-    values = [15.0, 20.0, 35.0, 40.0, 50.0]
-    assert percentile_nearest_rank(values, 5) == 15.0
-    assert percentile_nearest_rank(values, 30) == 20.0
-    assert percentile_nearest_rank(values, 40) == 20.0
-    assert percentile_nearest_rank(values, 50) == 35.0
-    assert percentile_nearest_rank(values, 100) == 50.0
-    assert percentile_nearest_rank(values, 0) == 15.0
-    assert percentile_nearest_rank([], 50) is None
-    assert percentile_nearest_rank(range(1, 101), 7) == 7  # 7 / 100 * 100 rounds up in floats
-    with pytest.raises(InvalidRequest):
-        percentile_nearest_rank(values, 101)
-    with pytest.raises(InvalidRequest):
-        percentile_nearest_rank(values, float("nan"))
-
-
-@given(st.lists(st.integers(-1000, 1000), min_size=1, max_size=60), st.integers(1, 100))
-def test_percentile_nearest_rank_property(values: list[int], p: int) -> None:
-    got = percentile_nearest_rank([float(v) for v in values], p)
-    assert got is not None and got in values
-    n = len(values)
-    assert sum(v <= got for v in values) * 100 >= p * n
-    assert sum(v < got for v in values) * 100 < p * n
-
-
-def test_summarize_excludes_and_counts_none() -> None:
-    assert summarize([1.0, None, 0.0, None]) == summarize([0.0, 1.0, None, None])
-    s = summarize([1.0, None, 0.5])
-    assert (s.mean, s.counted, s.excluded) == (0.75, 2, 1)
-    assert summarize([None]).mean is None
-
-
-# --- paired bootstrap and randomization --------------------------------------------------------
-
-paired = st.integers(1, 40).flatmap(
-    lambda n: st.tuples(
-        st.lists(st.floats(0, 1), min_size=n, max_size=n), st.lists(st.floats(0, 1), min_size=n, max_size=n)
-    )
-)
-
-
-@settings(max_examples=60, deadline=None)
-@given(paired, st.integers(0, 2**32))
-def test_bootstrap_interval_contains_the_mean_and_is_deterministic(
-    ab: tuple[list[float], list[float]], seed: int
-) -> None:
-    a, b = ab
-    result = paired_bootstrap(a, b, resamples=400, seed=seed)
-    assert result.low <= result.mean_diff <= result.high
-    assert result.mean_diff == pytest.approx(sum(a) / len(a) - sum(b) / len(b), abs=1e-12)
-    assert paired_bootstrap(a, b, resamples=400, seed=seed) == result
-    mean_diff, low, high = result
-    assert (mean_diff, low, high) == (result.mean_diff, result.low, result.high)
-
-
-def test_bootstrap_is_zero_width_for_identical_or_constant_shift() -> None:
-    a = [0.1, 0.7, 0.3, 1.0, 0.0]
-    assert tuple(paired_bootstrap(a, a)) == (0.0, 0.0, 0.0)
-    b = [0.5, 0.25, 0.75, 0.125]  # dyadic, so every difference is exactly 0.25
-    shifted = paired_bootstrap([x + 0.25 for x in b], b, resamples=300)
-    assert shifted.low == shifted.mean_diff == shifted.high
-
-
-def test_bootstrap_seed_changes_resamples_and_separates_real_differences() -> None:
-    rng = random.Random(7)
-    a = [rng.random() for _ in range(200)]
-    b = [x - 0.1 + rng.gauss(0, 0.05) for x in a]
-    first, second = paired_bootstrap(a, b, seed=1), paired_bootstrap(a, b, seed=2)
-    assert first != second
-    assert first.low > 0 and second.low > 0
-    assert paired_randomization_p(a, b) < 0.01
-    assert paired_randomization_p(a, b, seed=3) == paired_randomization_p(a, b, seed=3)
-
-
-def test_randomization_p_value_for_identical_inputs_is_one() -> None:
-    a = [0.2, 0.4, 0.9]
-    assert paired_randomization_p(a, a) == 1.0
-    p = paired_randomization_p([1.0, 0.0, 0.5, 0.5], [0.0, 1.0, 0.5, 0.4])
-    assert 0.0 < p <= 1.0
-
-
 def test_bad_inputs_are_rejected() -> None:
     with pytest.raises(InvalidRequest):
         Judgments.of(units={"a#0": 4})
@@ -498,7 +400,3 @@ def test_bad_inputs_are_rejected() -> None:
         Judgments.of(units={"no-ordinal": 1}).evidence_resources()
     with pytest.raises(InvalidRequest):
         recall_at(grade_units([], Judgments.of(units={"a#0": 1})), 0)
-    with pytest.raises(InvalidRequest):
-        paired_bootstrap([1.0], [1.0, 2.0])
-    with pytest.raises(InvalidRequest):
-        paired_bootstrap([], [])

@@ -21,6 +21,8 @@ from memory_core.evaluation.metrics import (
 PROPS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LEVELS = st.sampled_from(list(MetricLevel))
 ACTIONS = ("add", "replace", "reuse")
+# What ``returned`` draws: the fragments, their judgments and a frozen corpus (resource id -> hash).
+Returned = tuple[list[ReturnedFragment], Judgments, dict[str, str]]
 
 
 def fragment(unit_id: str, tokens: int, action: str = "add", resource_hash: str | None = "h") -> ReturnedFragment:
@@ -29,7 +31,7 @@ def fragment(unit_id: str, tokens: int, action: str = "add", resource_hash: str 
 
 
 @st.composite
-def returned(draw: st.DrawFn) -> tuple[list[ReturnedFragment], Judgments, dict[str, str]]:
+def returned(draw: st.DrawFn) -> Returned:
     """Returned fragments (distinct units, final order), judgments and a frozen corpus."""
     resources = [f"r{i}.md" for i in range(draw(st.integers(1, 5)))]
     units = [f"{r}#{j}" for r in resources for j in range(draw(st.integers(1, 3)))]
@@ -68,9 +70,7 @@ def unit_relevance(f: ReturnedFragment, judgments: Judgments) -> int | None:
 
 @PROPS
 @given(returned(), LEVELS)
-def test_wasted_tokens_are_the_tokens_returned_on_units_judged_zero(
-    case: tuple[list[ReturnedFragment], Judgments, dict[str, str]], level: MetricLevel
-) -> None:
+def test_wasted_tokens_are_the_tokens_returned_on_units_judged_zero(case: Returned, level: MetricLevel) -> None:
     fragments, judgments, _ = case
     got = wasted_tokens(fragments, judgments, level)
     if not (judgments.units or judgments.resources):
@@ -90,9 +90,7 @@ def test_wasted_tokens_are_the_tokens_returned_on_units_judged_zero(
 
 @PROPS
 @given(returned(), LEVELS)
-def test_reuse_and_unjudged_units_waste_nothing(
-    case: tuple[list[ReturnedFragment], Judgments, dict[str, str]], level: MetricLevel
-) -> None:
+def test_reuse_and_unjudged_units_waste_nothing(case: Returned, level: MetricLevel) -> None:
     fragments, judgments, _ = case
     for f in fragments:
         if f.delta_action == "reuse":
@@ -119,7 +117,7 @@ def test_wasted_tokens_examples() -> None:
 @PROPS
 @given(returned(), LEVELS)
 def test_relevant_per_1k_tokens_is_earned_relevant_items_over_returned_tokens(
-    case: tuple[list[ReturnedFragment], Judgments, dict[str, str]], level: MetricLevel
+    case: Returned, level: MetricLevel
 ) -> None:
     fragments, judgments, _ = case
     got = relevant_per_1k_tokens(fragments, judgments, level)
@@ -161,9 +159,7 @@ def test_relevant_per_1k_tokens_examples() -> None:
 
 @PROPS
 @given(returned())
-def test_changed_unit_reuse_counts_reuses_whose_resource_the_corpus_no_longer_holds_as_recorded(
-    case: tuple[list[ReturnedFragment], Judgments, dict[str, str]],
-) -> None:
+def test_changed_unit_reuse_counts_reuses_whose_resource_the_corpus_no_longer_holds_as_recorded(case: Returned) -> None:
     fragments, _, corpus = case
     got = changed_unit_reuse(fragments, corpus)
     expected = sum(

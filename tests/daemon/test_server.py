@@ -83,12 +83,18 @@ def memory_folder(root: Path) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    base = tmp_path_factory.mktemp("daemon")
+def running_daemon(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Daemon]:
+    """A daemon in a fresh home for one module's tests (a fixture ``yield from``s it); it must
+    exit cleanly once they are done."""
+    base = tmp_path_factory.mktemp(name)
     running = Daemon(base / "home", base / "daemon.log")
     yield running
     assert running.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    yield from running_daemon(tmp_path_factory, "daemon")
 
 
 def raw_http(path: Path, request: bytes) -> bytes:

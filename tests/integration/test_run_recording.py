@@ -16,6 +16,7 @@ from memory_core.domain.model import Source
 from memory_core.entrypoints.bootstrap import bootstrap
 from memory_core.retrieval.activation_state import ActivationState, HeldUnit
 from memory_core.runs.records import CandidateRecord, RunFilter
+from tests.runs import outcome
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,11 +97,7 @@ def test_failed_and_listed_runs_and_clear_keeps_pinned(tmp_path: Path) -> None:
     with pytest.raises(ProjectNotIndexed) as info:
         engine.activate("notes", "rollback")
     failed = engine.get_run(info.value.details["run_id"])
-    assert (failed.summary.status, failed.summary.error_stage, failed.summary.error_code) == (
-        "failed",
-        "load",
-        "project_not_indexed",
-    )
+    assert outcome(failed) == ("failed", "load", "project_not_indexed")
     engine.index("notes")
     ok = [engine.activate("notes", f"rollback {i}").response.run_id for i in range(3)]
     page = engine.list_runs(RunFilter(project_id="notes"), limit=2)

@@ -63,10 +63,10 @@ def test_half_sent_requests_on_the_daemons_ui_port_are_closed(ui_daemon: UiDaemo
     """Issue 14's reproduction: 200 connections that sent part of their headers (and some that
     sent nothing), no token; every one is closed, and the port still answers."""
     port = ui_daemon.info.port
-    socks: list[socket.socket] = []
-    try:
+    with contextlib.ExitStack() as holding:
+        socks: list[socket.socket] = []
         for i in range(200):
-            sock = connect(port)
+            sock = holding.enter_context(connect(port))
             socks.append(sock)
             if i % 10:  # every tenth says nothing at all
                 with contextlib.suppress(ConnectionResetError, BrokenPipeError):  # the bound may close it already
@@ -74,9 +74,6 @@ def test_half_sent_requests_on_the_daemons_ui_port_are_closed(ui_daemon: UiDaemo
         deadline = time.monotonic() + CLOSE_BOUND_S
         still_open = [i for i, sock in enumerate(socks) if not closed_by_server(sock, deadline)]
         assert still_open == [], f"{len(still_open)} of 200 connections still open after {CLOSE_BOUND_S} s"
-    finally:
-        for sock in socks:
-            sock.close()
     with connect(port) as sock:
         sock.sendall(head(port))
         assert answer(sock).startswith(b"HTTP/1.1 200 ")
@@ -124,8 +121,8 @@ def served(protocol: type[Any], tmp_path: Path) -> Iterator[tuple[int, str]]:
 def test_a_peer_may_hold_only_so_many_connections(tmp_path: Path) -> None:
     limit = 4
     with served(bounded_h11(head_timeout_s=600, per_peer=limit), tmp_path) as (port, _):
-        held = [connect(port) for _ in range(limit)]
-        try:
+        with contextlib.ExitStack() as holding:
+            held = [holding.enter_context(connect(port)) for _ in range(limit)]
             for sock in held:
                 sock.sendall(HALF_A_HEAD)
             with connect(port) as extra:
@@ -134,9 +131,6 @@ def test_a_peer_may_hold_only_so_many_connections(tmp_path: Path) -> None:
             for sock in held:
                 sock.sendall(b"1\r\nConnection: close\r\n\r\n")
                 assert answer(sock).startswith(b"HTTP/1.1 200 ")
-        finally:
-            for sock in held:
-                sock.close()
         # Their slots are free again (a bounded wait for the server to see them closed).
         deadline = time.monotonic() + CLOSE_BOUND_S
         while True:
@@ -173,19 +167,15 @@ def test_a_slow_but_complete_head_within_the_deadline_is_served(tmp_path: Path) 
 def test_the_unix_socket_is_left_as_uvicorn_serves_it(tmp_path: Path) -> None:
     """The owner's Unix socket has neither limit: a head sent in parts long after the UI port's
     deadline is still answered."""
-    with served(bounded_h11(head_timeout_s=0.2, per_peer=1), tmp_path) as (_, path):
+    with served(bounded_h11(head_timeout_s=0.2, per_peer=1), tmp_path) as (_, path), contextlib.ExitStack() as holding:
         socks = []
-        try:
-            for _ in range(3):  # more than per_peer
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                sock.settimeout(CLOSE_BOUND_S)
-                sock.connect(path)
-                sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
-                socks.append(sock)
-            time.sleep(1.0)  # five deadlines: a late check, never an early one
-            for sock in socks:
-                sock.sendall(b"Connection: close\r\n\r\n")
-                assert answer(sock).startswith(b"HTTP/1.1 200 ")
-        finally:
-            for sock in socks:
-                sock.close()
+        for _ in range(3):  # more than per_peer
+            sock = holding.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+            sock.settimeout(CLOSE_BOUND_S)
+            sock.connect(path)
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+            socks.append(sock)
+        time.sleep(1.0)  # five deadlines: a late check, never an early one
+        for sock in socks:
+            sock.sendall(b"Connection: close\r\n\r\n")
+            assert answer(sock).startswith(b"HTTP/1.1 200 ")
