@@ -20,6 +20,7 @@ MODULES = [
     "api_overhead",
     "peer_comparison",
     "evaluation_scale",
+    "tuning",
 ]
 
 HEADER = """# Performance

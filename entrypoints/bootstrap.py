@@ -26,6 +26,7 @@ from memory_core.ports import (
     VectorIndexFactory,
 )
 from memory_core.ports.evaluation import EvaluationStore
+from memory_core.ports.profiles import ProfileStore
 from memory_core.ports.runs import RunRecorder, RunStore
 from memory_core.retrieval.profile import RankingProfile
 from memory_core.retrieval.rerankers import ConvexFusionReranker
@@ -68,6 +69,7 @@ def bootstrap(
     evaluation: EvaluationService | None = None,
     profile: RankingProfile | None = None,
     live_memory: LiveMemory | None = None,
+    profile_store: ProfileStore | None = None,
     recover: bool = True,
     sync_history: bool = False,
 ) -> Engine:
@@ -151,6 +153,11 @@ def bootstrap(
         evaluation = EvaluationService(
             SqliteEvaluationStore(open_database(layout.db_path)), history, FileBlobStore(layout.blobs_dir), now=utc_now
         )
+    if profile_store is None:
+        from memory_core.adapters.sqlite.database import open_database
+        from memory_core.adapters.sqlite.profiles import SqliteProfileStore
+
+        profile_store = SqliteProfileStore(open_database(layout.db_path), now=utc_now)
     if recover:
         history.recover_interrupted()  # Runs left `running` by a process that is gone
     limit_blas_threads()
@@ -171,6 +178,7 @@ def bootstrap(
         history=history,
         evaluation=evaluation,
         live_memory=live_memory,
+        profile_store=profile_store,
     )
 
 
@@ -192,6 +200,7 @@ def assemble(
     history: RunStore,
     evaluation: EvaluationService,
     live_memory: LiveMemory | None = None,
+    profile_store: ProfileStore | None = None,
 ) -> Engine:
     """The one place the indexer and the engine are put together from their parts.
 
@@ -231,6 +240,7 @@ def assemble(
         history=history,
         evaluation=evaluation,
         live_memory=live_memory,
+        profile_store=profile_store,
     )
 
 
@@ -295,6 +305,11 @@ def bootstrap_in_memory(**overrides: Any) -> Engine:
     history = parts.pop("history")
     parts["recorder"] = parts.get("recorder") or history
     evaluation = EvaluationService(evaluation_store, history, parts["blobs"], now=utc_now)
+    if parts.get("profile_store") is None:
+        from memory_core.adapters.in_memory.profiles import InMemoryProfileStore
+
+        default_profiles: ProfileStore = InMemoryProfileStore(parts["catalog"].get_project, now=utc_now)
+        parts["profile_store"] = default_profiles
     return assemble(history=history, evaluation=evaluation, **parts)
 
 

@@ -111,6 +111,7 @@ class InMemoryRunStore:
             raise InvalidRequest("candidates must have distinct final ranks from 1", run_id=run_id)
         for r in records:
             _check_disposition(r)
+            _check_span(r)
         latency = dict(trace.latency_ms)
         live = trace.live_memory
         if live is not None and (live.hash != trace.effective_memory_hash or live.hash in self._manifests):
@@ -303,6 +304,15 @@ def _check_disposition(r: CandidateRecord) -> None:
     ) or (r.disposition == "excluded" and r.exclusion_code is not None and r.delta_action is None)
     if not ok:
         raise InvalidRequest(f"candidate {r.unit_id!r} has an inconsistent disposition", unit_id=r.unit_id)
+
+
+def _check_span(r: CandidateRecord) -> None:
+    # The SQLite CHECK constraints of migration 7: a span has both ends, in order, or neither
+    # (a Run recorded before spans were kept).
+    if r.start is None and r.end is None:
+        return
+    if r.start is None or r.end is None or not 0 <= r.start <= r.end:
+        raise InvalidRequest(f"candidate {r.unit_id!r} has an invalid span", unit_id=r.unit_id)
 
 
 def _matches(s: RunSummary, f: RunFilter) -> bool:

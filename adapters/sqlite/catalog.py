@@ -91,7 +91,7 @@ class SqliteCatalog:
         with storage_errors("cannot read project"), read_snapshot(self._conn):
             rows = fetch(self._conn, "SELECT created_at FROM projects WHERE project_id = ?", (project_id,))
             if not rows:
-                raise _not_found(self._conn, project_id)
+                raise project_not_found(self._conn, project_id)
             return Project(project_id, self._sources(project_id), str(rows[0][0]))
 
     def list_projects(self) -> list[Project]:
@@ -104,7 +104,7 @@ class SqliteCatalog:
         with storage_errors("cannot remove project"), write_transaction(self._conn) as conn:
             conn.execute("DELETE FROM projects WHERE project_id = ?", (project_id,))
             if conn.changes() == 0:
-                raise _not_found(self._conn, project_id)
+                raise project_not_found(self._conn, project_id)
 
     # -- Project Local Storage ----------------------------------------------------------------
 
@@ -119,7 +119,7 @@ class SqliteCatalog:
         with storage_errors("cannot record project storage"), write_transaction(self._conn) as conn:
             conn.execute("UPDATE projects SET storage_dir = ? WHERE project_id = ?", (location, project_id))
             if conn.changes() == 0:
-                raise _not_found(self._conn, project_id)
+                raise project_not_found(self._conn, project_id)
             conn.executemany(
                 "UPDATE generations SET directory = ? WHERE project_id = ? AND index_revision = ?",
                 [(directory, project_id, revision) for revision, directory in directories.items()],
@@ -130,7 +130,7 @@ class SqliteCatalog:
         """Forget the project's generations (rows and pointer): the next index rebuilds."""
         with storage_errors("cannot clear generations"), write_transaction(self._conn) as conn:
             if not self._exists(project_id):
-                raise _not_found(self._conn, project_id)
+                raise project_not_found(self._conn, project_id)
             conn.execute("DELETE FROM project_generation_pointers WHERE project_id = ?", (project_id,))
             conn.execute("DELETE FROM generations WHERE project_id = ?", (project_id,))
 
@@ -148,7 +148,7 @@ class SqliteCatalog:
         g = generation
         with storage_errors("cannot record generation"), write_transaction(self._conn) as conn:
             if not self._exists(g.project_id):
-                raise _not_found(self._conn, g.project_id)
+                raise project_not_found(self._conn, g.project_id)
             conn.execute(
                 f"INSERT OR REPLACE INTO generations({_GENERATION_COLUMNS}, manifest_hash) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -254,7 +254,7 @@ class SqliteCatalog:
     def _pointed(self, project_id: str, column: str) -> Generation | None:
         with storage_errors("cannot read generation"), read_snapshot(self._conn):
             if not self._exists(project_id):
-                raise _not_found(self._conn, project_id)
+                raise project_not_found(self._conn, project_id)
             rows = fetch(
                 self._conn,
                 f"SELECT {_G_COLUMNS} FROM project_generation_pointers p "
@@ -295,6 +295,6 @@ class StorageLocations:
             self._conn.close()
 
 
-def _not_found(conn: Any, project_id: str) -> ProjectNotFound:
+def project_not_found(conn: Any, project_id: str) -> ProjectNotFound:
     known = [str(row[0]) for row in conn.execute("SELECT project_id FROM projects ORDER BY project_id")]
     return ProjectNotFound.among(project_id, known)

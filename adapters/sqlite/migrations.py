@@ -278,3 +278,44 @@ def m006_file_stamp(conn: apsw.Connection) -> None:
         ALTER TABLE file_hash_cache ADD COLUMN inode INTEGER;
         """
     )
+
+
+@migration
+def m007_candidate_spans(conn: apsw.Connection) -> None:
+    # Each candidate keeps its unit's [start, end) span, so a judge is shown the unit's text cut
+    # from the frozen corpus. Candidates recorded before keep NULL: their Runs still load, and
+    # their text is shown as unknown rather than guessed. Both or neither, and never reversed.
+    conn.execute(
+        """
+        ALTER TABLE retrieval_run_candidates ADD COLUMN span_start INTEGER
+            CHECK (span_start IS NULL OR span_start >= 0);
+        ALTER TABLE retrieval_run_candidates ADD COLUMN span_end INTEGER
+            CHECK ((span_end IS NULL) = (span_start IS NULL) AND (span_end IS NULL OR span_end >= span_start));
+        """
+    )
+
+
+@migration
+def m008_project_profiles(conn: apsw.Connection) -> None:
+    # A project's own ranking settings (issue 18), every version kept so one can be restored; the
+    # highest version is the one in use (none: the engine's defaults). Tunings are kept whole so
+    # `project profile set --from-tune` applies exactly what was measured.
+    conn.execute(
+        """
+        CREATE TABLE project_profiles (
+            project_id TEXT NOT NULL REFERENCES projects(project_id) ON DELETE CASCADE,
+            version INTEGER NOT NULL CHECK (version >= 1),
+            settings_json TEXT NOT NULL,
+            source TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (project_id, version)
+        ) WITHOUT ROWID;
+        CREATE TABLE project_tunings (
+            tune_id TEXT PRIMARY KEY,
+            project_id TEXT NOT NULL REFERENCES projects(project_id) ON DELETE CASCADE,
+            created_at TEXT NOT NULL,
+            result_json TEXT NOT NULL
+        );
+        CREATE INDEX project_tunings_by_project ON project_tunings(project_id, created_at);
+        """
+    )

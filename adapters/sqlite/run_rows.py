@@ -20,7 +20,9 @@ from memory_core.runs.records import (
 )
 
 _CANDIDATE_FIELDS = [f.name for f in attrs.fields(CandidateRecord)]
-_CANDIDATE_COLUMNS = [("heading_path_json" if f == "heading_path" else f) for f in _CANDIDATE_FIELDS]
+# Where a column is named otherwise than its field (``end`` is an SQL keyword).
+_COLUMN_OF = {"heading_path": "heading_path_json", "start": "span_start", "end": "span_end"}
+_CANDIDATE_COLUMNS = [_COLUMN_OF.get(f, f) for f in _CANDIDATE_FIELDS]
 INSERT_CANDIDATE = (
     f"INSERT INTO retrieval_run_candidates(run_id, {', '.join(_CANDIDATE_COLUMNS)}) "
     f"VALUES (?{', ?' * len(_CANDIDATE_COLUMNS)})"
@@ -36,12 +38,14 @@ SUMMARY_COLUMNS = (
 RESOURCE_COLUMNS = "manifest_hash, ordinal, resource_id, layer, uri, resource_hash, byte_size, media_type"
 
 
-# A candidate row is the unit's identity columns then the Candidate's stage columns, in
-# CandidateRecord's field order (checked here, so the two can never drift apart silently).
+# A candidate row is the unit's identity columns, the Candidate's stage columns, then the unit's
+# span, in CandidateRecord's field order (checked here, so the two can never drift apart silently).
 _UNIT_FIELDS = ("unit_id", "resource_id", "unit_hash", "resource_hash", "heading_path", "token_count")
-_STAGE_FIELDS = tuple(_CANDIDATE_FIELDS[len(_UNIT_FIELDS) :])
+_SPAN_FIELDS = ("start", "end")
+_STAGE_FIELDS = tuple(_CANDIDATE_FIELDS[len(_UNIT_FIELDS) : -len(_SPAN_FIELDS)])
 if (
     tuple(_CANDIDATE_FIELDS[: len(_UNIT_FIELDS)]) != _UNIT_FIELDS
+    or tuple(_CANDIDATE_FIELDS[-len(_SPAN_FIELDS) :]) != _SPAN_FIELDS
     or tuple(f.name for f in attrs.fields(Candidate) if f.name != "unit") != _STAGE_FIELDS
 ):
     raise ImportError("CandidateRecord and Candidate disagree on the stored columns")
@@ -74,7 +78,7 @@ class UnitColumns:
 
 
 def candidate_rows(run_id: str, candidates: Iterable[Candidate], unit_columns: UnitColumns) -> list[tuple[Any, ...]]:
-    return [(run_id, *unit_columns(c.unit), *_GET_STAGE_FIELDS(c)) for c in candidates]
+    return [(run_id, *unit_columns(c.unit), *_GET_STAGE_FIELDS(c), c.unit.start, c.unit.end) for c in candidates]
 
 
 def heading_path_json(heading_path: Sequence[str]) -> str:

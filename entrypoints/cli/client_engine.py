@@ -25,12 +25,14 @@ from memory_core.domain.progress import Progress
 from memory_core.entrypoints.daemon import api
 from memory_core.entrypoints.daemon.client import DaemonClient
 from memory_core.evaluation.cases import CaseDetail, JudgmentSet
+from memory_core.evaluation.tuning import TuneResult
 from memory_core.retrieval.activation_state import ActivationState
 from memory_core.runs.records import ClearReport
 from memory_core.services.activation import Activation
 from memory_core.services.engine import ProjectInfo
 from memory_core.services.indexing import IndexReport
 from memory_core.services.local_storage import ProjectStorage
+from memory_core.services.profiles import ProfileView
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -88,6 +90,17 @@ class ClientEngine:
     show_project = forward(DaemonClient.show_project)
     remove_project = forward(DaemonClient.remove_project)
     project_storage = forward(DaemonClient.show_project_storage)
+    project_profile = forward(DaemonClient.show_project_profile)
+    restore_project_profile = forward(DaemonClient.restore_project_profile)
+    tunings = forward(DaemonClient.list_tunings)
+
+    def set_project_profile(
+        self, name: str, settings: Mapping[str, Any] | None = None, *, from_tune: str | None = None
+    ) -> ProfileView:
+        return self.client.set_project_profile(name, settings, from_tune)
+
+    def tune_project(self, name: str, **options: Any) -> TuneResult:
+        return self.client.tune_project(name, **options)
     clear_project_storage = forward(DaemonClient.clear_project_storage)
 
     def move_project_storage(self, name: str, destination: str | os.PathLike[str]) -> ProjectStorage:
@@ -150,7 +163,9 @@ class DaemonEvaluations:
 
     def show_case(self, case_id: str) -> CaseDetail:
         d = self.client.get_evaluation_case(case_id)
-        return CaseDetail(d.case, d.trace, d.judgments, len(d.corpus.resources), d.metrics, d.missed_evidence)
+        return CaseDetail(
+            d.case, d.trace, d.judgments, len(d.corpus.resources), d.metrics, d.missed_evidence, d.passages
+        )
 
     def judgment_history(self, case_id: str) -> list[JudgmentSet]:
         return list(self.client.get_evaluation_case(case_id).judgment_history)

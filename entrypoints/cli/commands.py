@@ -260,6 +260,12 @@ def runs_clear(engine: Engine, args: argparse.Namespace) -> int:
     return 0
 
 
+def _profiles() -> Any:
+    from memory_core.entrypoints.cli import profile_commands
+
+    return profile_commands
+
+
 def evaluation(engine: Engine, args: argparse.Namespace) -> int:
     from memory_core.adapters.system.home import resolve_home
     from memory_core.entrypoints.cli import eval_commands
@@ -280,6 +286,8 @@ HANDLERS: dict[tuple[str, str | None], Callable[[Engine, argparse.Namespace], in
     ("project", "show"): project_show,
     ("project", "remove"): project_remove,
     ("project", "storage"): project_storage,
+    ("project", "profile"): lambda engine, args: _profiles().project_profile(engine, args),
+    ("eval", "tune"): lambda engine, args: _profiles().tune(engine, args),
     ("index", None): index,
     ("activate", None): activate,
     ("runs", "list"): runs_list,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,9 @@ def add_parser(sub: Any) -> None:
     ev = sub.add_parser("eval", help="Evaluation Sets: cases, judgments, report, export/import").add_subparsers(
         dest="action", required=True, help="what to do with the Evaluation Set"
     )
+    from memory_core.entrypoints.cli import profile_commands  # it imports this module's helpers
+
+    profile_commands.add_tune_parser(ev)
     case = ev.add_parser("case", help="Evaluation Cases: create from a Run, list, show").add_subparsers(
         dest="case_action", required=True, help="what to do with cases"
     )
@@ -210,7 +212,11 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
             out.print(table)
     elif action == "case show":
         detail = service.show_case(args.case_id)
-        _emit_json(to_json(detail)) if args.json else out.print_json(json.dumps(to_json(detail)))
+        if args.json:
+            _emit_json(to_json(detail))
+        else:  # what a judge reads: every candidate's text from the frozen corpus
+            for item in render.case_detail(detail):
+                out.print(item, highlight=False)
     elif action == "judge":
         judgments = _read_json(args.file, "judgment file")
         judged = engine.replace_evaluation_judgments(args.case_id, args.expected_version, judgments)

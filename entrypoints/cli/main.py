@@ -151,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "move":
             p.add_argument("destination", help="an empty or new directory (made owner-only)")
         p.add_argument("--json", action="store_true")
+    from memory_core.entrypoints.cli import profile_commands  # it imports this module's helpers
+
+    profile_commands.add_project_parser(project)
 
     index = sub.add_parser("index", help="build the project's commit generation (no-op when unchanged)")
     index.add_argument("name", help="the project's id")

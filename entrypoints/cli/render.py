@@ -7,7 +7,10 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from memory_core.evaluation.cases import CaseDetail
+from memory_core.evaluation.report import JUDGED_METRICS
 from memory_core.retrieval.pipeline import SELECTED
 from memory_core.runs.records import RunDetail, RunPage
 from memory_core.services.activation import Activation
@@ -161,6 +164,45 @@ def run_detail(detail: RunDetail, rows: int) -> list[Any]:
                 rows,
             )
         )
+    return lines
+
+
+def case_detail(detail: CaseDetail) -> list[Any]:
+    """``eval case show`` for a person: the case, then every candidate as a judge reads it: rank,
+    disposition, judgment, heading path and its text from the frozen corpus (or why not)."""
+    c = detail.case
+    judged = {j.unit_id: j.relevance for j in detail.judgments.judgments if j.unit_id is not None}
+    lines: list[Any] = [
+        Text(f"case {c.case_id}  project {c.project_id}  provenance {c.provenance}  source run {c.source_run_id}"),
+        Text(f"query: {c.query!r}"),
+        Text(
+            f"corpus {c.corpus_id[:12]} ({detail.corpus_resources} resources, frozen)  judgments v{c.judgment_version}"
+            + (" (reviewed)" if c.reviewed else "")
+        ),
+    ]
+    resources = [j for j in detail.judgments.judgments if j.resource_id is not None]
+    if resources:
+        lines.append(Text("resource judgments: " + ", ".join(f"{j.resource_id} {j.relevance}" for j in resources)))
+    for level, variants in detail.metrics.items():  # B4 here; --json has every variant
+        b4 = variants.get("b4_reranked", {})
+        values = ", ".join(f"{m} {'-' if b4.get(m) is None else format(b4[m], '.3f')}" for m in JUDGED_METRICS)
+        lines.append(Text(f"{level} level, B4 reranked: {values}"))
+    if detail.missed:
+        missed = ", ".join(f"{m.resource_id} ({m.category.replace('_', ' ')})" for m in detail.missed)
+        lines.append(Text(f"missed evidence: {missed}"))
+    ranks = {r.unit_id: r for r in detail.trace.candidates}
+    for p in detail.passages:
+        r = ranks[p.unit_id]
+        outcome = f"selected ({r.delta_action})" if r.disposition == SELECTED else f"excluded ({r.exclusion_code})"
+        grade = f"  judged {judged[p.unit_id]}" if p.unit_id in judged else ""
+        span = f"  [{p.start}, {p.end})" if p.start is not None else ""
+        lines.append(Text(f"\n#{r.final_rank} {p.unit_id}  {outcome}{grade}{span}", style="bold"))
+        if p.heading_path:
+            lines.append(Text("   " + " › ".join(p.heading_path), style="cyan"))
+        if p.text is not None:
+            lines.append(Text("\n".join("   │ " + line for line in p.text.splitlines() or [""])))
+        else:
+            lines.append(Text(f"   ({p.note})", style="yellow"))
     return lines
 
 

@@ -85,6 +85,8 @@ def make_converter() -> cattrs.Converter:
                     "delta_action",
                 )
             },
+            "start": c.unit.start,  # the unit's span, last, as a recorded candidate keeps it
+            "end": c.unit.end,
         },
     )
     return conv

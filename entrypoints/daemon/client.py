@@ -17,11 +17,13 @@ from memory_core.domain.model import Source
 from memory_core.entrypoints.daemon import api, dispatch, paths
 from memory_core.evaluation.cases import Case, Judgment, JudgmentSet, parse_judgments
 from memory_core.evaluation.fixture import ImportResult, parse_document
+from memory_core.evaluation.tuning import TuneResult
 from memory_core.runs.records import ClearReport, RunDetail, RunFilter, RunPage
 from memory_core.services.activation import ActivationResponse
 from memory_core.services.engine import ProjectInfo
 from memory_core.services.indexing import IndexReport
 from memory_core.services.local_storage import ProjectRemoval, ProjectStorage
+from memory_core.services.profiles import ProfileView
 
 CONNECT_TIMEOUT_S = 5.0
 PROBE_TIMEOUT_S = 5.0
@@ -161,6 +163,13 @@ class DaemonClient:
     get_evaluation_case = Remote(api.GetEvaluationCaseRequest, api.EvaluationCaseDetail)
     search_corpus_resources = Remote(api.SearchCorpusResourcesRequest, api.CorpusResourcePage)
     mark_evaluation_reviewed = Remote(api.MarkEvaluationReviewedRequest, Case)
+    show_project_profile = Remote(api.ShowProjectProfileRequest, ProfileView)
+    set_project_profile = Remote(api.SetProjectProfileRequest, ProfileView)
+    restore_project_profile = Remote(api.RestoreProjectProfileRequest, ProfileView)
+    tune_project = Remote(api.TuneProjectRequest, TuneResult)
+
+    def list_tunings(self, project_id: str) -> list[TuneResult]:
+        return list(self.call("list_tunings", api.ListTuningsRequest(project_id)).tunings)
 
     def add_project(self, project_id: str, sources: Sequence[Source]) -> ProjectInfo:
         return self.call("add_project", api.AddProjectRequest(project_id, tuple(sources)))  # type: ignore[no-any-return]

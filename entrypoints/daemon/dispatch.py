@@ -23,19 +23,23 @@ from memory_core.domain.evaluation_errors import (
     EvaluationImportConflict,
     EvaluationJudgmentConflict,
     EvaluationRunNotSucceeded,
+    EvaluationSetEmpty,
     FixtureHashMismatch,
     InvalidFixture,
     InvalidJudgments,
+    TuningNotFound,
 )
 from memory_core.entrypoints.daemon import api
 from memory_core.evaluation.cases import Case, JudgmentSet
 from memory_core.evaluation.fixture import ImportResult
+from memory_core.evaluation.tuning import TuneResult
 from memory_core.runs.records import ClearReport, RunDetail, RunFilter, RunPage
 from memory_core.services.activation import ActivationResponse
 from memory_core.services.corpus_search import CorpusQuery, search_corpus
 from memory_core.services.engine import Engine, ProjectInfo
 from memory_core.services.indexing import IndexReport
 from memory_core.services.local_storage import ProjectRemoval, ProjectStorage
+from memory_core.services.profiles import ProfileView
 
 SERVICE = "memory-core"
 
@@ -261,6 +265,7 @@ def get_evaluation_case(ctx: Context, req: api.GetEvaluationCaseRequest) -> api.
         judgment_history=tuple(service.judgment_history(req.case_id)),
         metrics=detail.metrics,
         missed_evidence=detail.missed,
+        passages=detail.passages,
     )
 
 
@@ -296,6 +301,27 @@ def export_evaluation_set(ctx: Context, req: api.ExportEvaluationSetRequest) -> 
 
 def import_evaluation_set(ctx: Context, req: api.ImportEvaluationSetRequest) -> ImportResult:
     return ctx.engine.import_evaluation_set(req.fixture.document)
+
+
+def show_project_profile(ctx: Context, req: api.ShowProjectProfileRequest) -> ProfileView:
+    return ctx.engine.project_profile(req.project_id)
+
+
+def set_project_profile(ctx: Context, req: api.SetProjectProfileRequest) -> ProfileView:
+    return ctx.engine.set_project_profile(req.project_id, req.settings, from_tune=req.from_tune)
+
+
+def restore_project_profile(ctx: Context, req: api.RestoreProjectProfileRequest) -> ProfileView:
+    return ctx.engine.restore_project_profile(req.project_id, req.version)
+
+
+def tune_project(ctx: Context, req: api.TuneProjectRequest) -> TuneResult:
+    return ctx.engine.tune_project(req.project_id, grid=req.grid, folds=req.folds, level=req.level,
+                                   include_unreviewed=req.include_unreviewed)  # fmt: skip
+
+
+def list_tunings(ctx: Context, req: api.ListTuningsRequest) -> api.TuningList:
+    return api.TuningList(tuple(ctx.engine.tunings(req.project_id)))
 
 
 _BLOBS = (err.BlobNotFound, err.BlobCorrupted)
@@ -348,10 +374,12 @@ METHODS: tuple[Method, ...] = (
            allow_get=True),
     Method("get_evaluation_case", api.GetEvaluationCaseRequest, api.EvaluationCaseDetail, get_evaluation_case,
            "One case: trace, frozen corpus manifest, current judgments, every judgment version, metrics, "
-           "missed evidence.", (EvaluationCaseNotFound, EvaluationCorpusNotFound)),
+           "missed evidence, and each candidate's text from the frozen corpus (verified against its unit hash).",
+           (EvaluationCaseNotFound, EvaluationCorpusNotFound)),
     Method("search_corpus_resources", api.SearchCorpusResourcesRequest, api.CorpusResourcePage,
            search_corpus_resources,
-           "Resources of a case's frozen corpus whose id or body contains a text (the missed-evidence picker).",
+           "Resources of a case's frozen corpus whose id or body contains a text, with the passages that match "
+           "(the missed-evidence picker).",
            (EvaluationCaseNotFound, EvaluationCorpusNotFound, *_BLOBS)),
     Method("replace_evaluation_judgments", api.ReplaceEvaluationJudgmentsRequest, JudgmentSet,
            replace_evaluation_judgments,
@@ -371,6 +399,23 @@ METHODS: tuple[Method, ...] = (
            f"Import a fixture: every hash verified, all or nothing. Bodies up to {api.MAX_IMPORT_BODY_BYTES >> 20} "
            "MiB.", (InvalidFixture, FixtureHashMismatch, EvaluationImportConflict),
            max_body_bytes=api.MAX_IMPORT_BODY_BYTES),
+    Method("show_project_profile", api.ShowProjectProfileRequest, ProfileView, show_project_profile,
+           "A project's ranking settings in effect (its own profile, else the defaults), the revisions its Runs "
+           "record, and every version it had.", (err.ProjectNotFound,)),
+    Method("set_project_profile", api.SetProjectProfileRequest, ProfileView, set_project_profile,
+           "Give a project its own ranking settings (a document, or a tuning's proposal); the previous version is "
+           "kept. Unknown keys and out-of-range values are refused and nothing is stored.",
+           (err.ProjectNotFound, err.InvalidRequest, TuningNotFound)),
+    Method("restore_project_profile", api.RestoreProjectProfileRequest, ProfileView, restore_project_profile,
+           "Put an earlier profile version back in use (appended as a copy; 0: the engine's defaults).",
+           (err.ProjectNotFound, err.InvalidRequest)),
+    Method("tune_project", api.TuneProjectRequest, TuneResult, tune_project,
+           "Search the project's fusion settings on its judged (by default reviewed) cases from their stored traces, "
+           "k-fold cross-validated; a proposal only when the paired 95% interval of the nDCG@10 gain lies above 0. "
+           "Holds the engine while it runs (seconds at 1,000 cases).",
+           (err.ProjectNotFound, EvaluationSetEmpty, err.InvalidRequest)),
+    Method("list_tunings", api.ListTuningsRequest, api.TuningList, list_tunings,
+           "A project's tunings, newest first.", (err.ProjectNotFound,)),
 )
 
 TABLE: dict[str, Method] = {m.name: m for m in METHODS}

@@ -40,6 +40,8 @@ UI_METHODS = frozenset({
     "list_retrieval_runs", "get_retrieval_run", "clear_retrieval_runs",
     "create_evaluation_case", "list_evaluation_cases", "get_evaluation_case", "search_corpus_resources",
     "replace_evaluation_judgments", "mark_evaluation_reviewed", "evaluation_report", "import_evaluation_set",
+    # A project's ranking profile and its tuning: read from stored cases and traces, no file is read.
+    "show_project_profile", "tune_project", "set_project_profile",
 })
 
 

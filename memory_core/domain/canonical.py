@@ -34,6 +34,12 @@ def _fields(cls: type) -> tuple[tuple[str, bool], ...]:
     return found
 
 
+def omit_none_fields(cls: type) -> tuple[str, ...]:
+    """The fields of attrs class ``cls`` that ``plain`` leaves out while None; a wire format that
+    writes the plain form (the storage format) omits them too."""
+    return tuple(name for name, omit in _fields(cls) if omit)
+
+
 def plain(value: Any) -> Any:
     """The plain-data form of a value, the one the core hashes and stores: an attrs instance is a
     dict of its fields in field order (``OMIT_NONE`` ones dropped while None), an enum its value,

@@ -122,3 +122,9 @@ __all__ = [
     "InvalidFixture",
     "InvalidJudgments",
 ]
+
+
+class TuningNotFound(MemoryCoreError):
+    """No tuning with that id exists (for that project)."""
+
+    code = "tuning_not_found"

@@ -24,6 +24,7 @@ from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import InvalidJudgments
 from memory_core.domain.model import ManifestEntry, manifest_hash
 from memory_core.evaluation.metrics import MAX_RELEVANCE, Judgments
+from memory_core.evaluation.passages import CandidatePassage
 from memory_core.evaluation.report import CaseMetrics, MissedEvidence
 from memory_core.runs.records import CandidateRecord, RunDetail
 
@@ -280,7 +281,8 @@ class CaseRecord:
 
 @attrs.frozen
 class CaseDetail:
-    """What ``eval case show`` needs: the case, its trace, judgments, metrics and missed evidence."""
+    """What ``eval case show`` needs: the case, its trace, judgments, metrics, missed evidence
+    and what a judge reads: each candidate's text from the frozen corpus (``passages``)."""
 
     case: Case
     trace: SourceTrace
@@ -288,3 +290,4 @@ class CaseDetail:
     corpus_resources: int
     metrics: CaseMetrics
     missed: tuple[MissedEvidence, ...]
+    passages: tuple[CandidatePassage, ...]  # the trace's candidates, in its order

@@ -3,12 +3,16 @@ writes nothing.
 
 It checks the structure (``fixture_format``: unknown fields rejected), every body against its
 SHA-256 and size, every manifest against its ``corpus_id``, every trace against its
-``trace_hash``, every judgment against its case; ids against this home are the import's check
-(``services/fixtures``), which then writes blobs, then one database transaction. Unit hashes are
-format-checked only: a trace records no unit text to rehash. Each corpus must also be one a
-replay can reproduce: resources the scanner would index exactly so (``resource_rules``: no hidden
-or over-long name, an extension it reads, a text body within its size limit, no id that would
-have to be another's folder, in resource_id order).
+``trace_hash``, every judgment against its case, and every unit hash against its text and span:
+a candidate with a span whose resource the fixture holds under the candidate's resource hash
+(the very body it was cut from) must hash, with the text cut from that body, to its
+``unit_hash`` (``passages.cut_unit``, the check the case page makes). A candidate without a span
+(recorded before Runs kept spans) or whose resource the corpus holds with another body or not at
+all (edited or deleted after the index) has no text here to rehash. Ids against this home are the
+import's check (``services/fixtures``), which then writes blobs, then one database transaction.
+Each corpus must also be one a replay can reproduce: resources the scanner would index exactly so
+(``resource_rules``: no hidden or over-long name, an extension it reads, a text body within its
+size limit, no id that would have to be another's folder, in resource_id order).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from memory_core.evaluation.cases import (
     validate_case_id,
 )
 from memory_core.evaluation.fixture_format import DOCUMENT, FORMAT, FORMAT_VERSION, FREE_FORM, UTF8, checked
+from memory_core.evaluation.passages import cut_unit
 from memory_core.retrieval.profile import MAX_QUERY_CHARS
 from memory_core.runs.records import CandidateRecord
 
@@ -111,7 +116,7 @@ def load_fixture(data: bytes | str | Mapping[str, Any]) -> EvaluationSet:
     for i, body in enumerate(doc["bodies"]):
         if body["sha256"] not in used:
             raise _fail(f"/bodies/{i}", "body is used by no corpus")
-    records = _records(doc["cases"], corpora)
+    records = _records(doc["cases"], corpora, _BodyTexts(bodies))
     for key in FREE_FORM:
         _require_json(raw[key], f"/{key}")
     return EvaluationSet(doc["exported_at"], corpora, bodies, records, doc["report"])
@@ -227,7 +232,7 @@ def _replayable(entries: Sequence[ManifestEntry], bodies: Mapping[str, bytes], p
             raise _unreplayable(f"{place}/resources/{k}", e.resource_id, "resource_id", reason)
 
 
-def _records(raw: list[dict[str, Any]], corpora: Mapping[str, Corpus]) -> tuple[CaseRecord, ...]:
+def _records(raw: list[dict[str, Any]], corpora: Mapping[str, Corpus], texts: _BodyTexts) -> tuple[CaseRecord, ...]:
     records: list[CaseRecord] = []
     seen: set[str] = set()
     for i, c in enumerate(raw):
@@ -244,6 +249,7 @@ def _records(raw: list[dict[str, Any]], corpora: Mapping[str, Corpus]) -> tuple[
         if corpus is None:
             raise _fail(f"{place}/corpus_id", "names no corpus of this fixture")
         trace = _trace(c["trace"], f"{place}/trace")
+        _unit_hashes(trace, corpus, texts, f"{place}/trace")
         trace_hash = trace.trace_hash
         if trace_hash != c["trace_hash"]:
             raise FixtureHashMismatch(f"trace hashes to {trace_hash}, not its trace_hash", place=f"{place}/trace")
@@ -300,7 +306,49 @@ def _trace(trace: SourceTrace, place: str) -> SourceTrace:
             raise _fail(
                 f"{place}/candidates/{k}/disposition", "a selected unit has a delta action, an excluded one a code"
             )
+        if (c.start is None) != (c.end is None):
+            raise _fail(f"{place}/candidates/{k}", "a span has both start and end, or neither")
+        if c.start is not None and c.end is not None and c.start > c.end:
+            raise _fail(f"{place}/candidates/{k}/end", "the span ends before it starts")
     return trace
+
+
+class _BodyTexts:
+    """The fixture's bodies decoded once each, for the unit-hash checks of every case."""
+
+    def __init__(self, bodies: Mapping[str, bytes]) -> None:
+        self._bodies = bodies
+        self._texts: dict[str, str] = {}
+
+    def __call__(self, digest: str) -> str:
+        text = self._texts.get(digest)
+        if text is None:
+            # A corpus's bodies are UTF-8 text (``_replayable`` checked them already).
+            text = self._texts[digest] = self._bodies[digest].decode("utf-8")
+        return text
+
+
+def _unit_hashes(trace: SourceTrace, corpus: Corpus, texts: _BodyTexts, place: str) -> None:
+    """Every candidate whose body the fixture holds is the unit its hash names (module docstring)."""
+    frozen = corpus.hashes()
+    for k, c in enumerate(trace.candidates):
+        if c.start is None or c.end is None or frozen.get(c.resource_id) != c.resource_hash:
+            continue
+        text = texts(c.resource_hash)
+        shown = c.unit_id[:200]  # a 1 MB id must not make a 1 MB message
+        if c.end > len(text):
+            raise InvalidFixture(
+                f"unit {shown!r} ends at {c.end}, past the {len(text)} characters of resource {c.resource_id[:200]!r}",
+                place=f"{place}/candidates/{k}/end",
+                unit_id=shown,
+            )
+        if cut_unit(text, c.start, c.end, c.unit_hash) is None:
+            raise FixtureHashMismatch(
+                f"unit {shown!r}: its text at [{c.start}, {c.end}) of resource {c.resource_id[:200]!r} does not "
+                "hash to its unit_hash",
+                place=f"{place}/candidates/{k}/unit_hash",
+                unit_id=shown,
+            )
 
 
 def _disposition_ok(c: CandidateRecord) -> bool:

@@ -94,6 +94,7 @@ class Workspace(Protocol):
         """Run the query through the pipeline; the recorded Run's id."""
         ...
 
-    def rank(self, project_id: str, query: str) -> list[RankedItem]:
-        """Run the query; the final order (B4) as ranked items."""
+    def rank(self, project_id: str, query: str, ranked_as: str | None = None) -> list[RankedItem]:
+        """Run the query; the final order (B4) as ranked items. ``ranked_as``: rank with that
+        project's ranking (its own profile) instead of ``project_id``'s."""
         ...

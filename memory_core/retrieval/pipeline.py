@@ -98,6 +98,16 @@ def lexical_list(exact: Sequence[ExactMatch], bm25: Sequence[Hit]) -> list[str]:
     return [m.unit_id for m in exact] + [unit_id for unit_id, _ in bm25 if unit_id not in seen]
 
 
+def rrf_score(lexical_rank: int | None, dense_rank: int | None, rrf_k: int) -> float:
+    """Reciprocal rank fusion of the lexical and dense lists (Cormack et al., 2009)."""
+    return sum(1.0 / (rrf_k + r) for r in (lexical_rank, dense_rank) if r is not None)
+
+
+def rrf_order(score: float, lexical_rank: int | None, dense_rank: int | None, unit_id: str) -> tuple[float, int, str]:
+    """The sort key of the fused list: the tie rule of the module docstring."""
+    return (-score, min(lexical_rank or _NO_RANK, dense_rank or _NO_RANK), unit_id)
+
+
 def fuse(
     units: Mapping[str, Unit],
     exact: Sequence[ExactMatch],
@@ -125,15 +135,8 @@ def fuse(
         c = candidate(unit_id)
         c.dense_rank, c.dense_score, c.dense_similarity = rank, score, score
     for c in candidates.values():
-        c.rrf_score = sum(1.0 / (rrf_k + r) for r in (c.lexical_rank, c.dense_rank) if r is not None)
-    ordered = sorted(
-        candidates.values(),
-        key=lambda c: (
-            -c.rrf_score,
-            min(c.lexical_rank or _NO_RANK, c.dense_rank or _NO_RANK),
-            c.unit.unit_id,
-        ),
-    )
+        c.rrf_score = rrf_score(c.lexical_rank, c.dense_rank, rrf_k)
+    ordered = sorted(candidates.values(), key=lambda c: rrf_order(c.rrf_score, c.lexical_rank, c.dense_rank, c.unit_id))
     for rank, c in enumerate(ordered, start=1):
         c.rrf_rank = rank
     return ordered

@@ -1,30 +1,53 @@
-"""The ranking profile: every knob of the pipeline, versioned by a hash of its settings."""
+"""The ranking profile: every knob of the pipeline, versioned by a hash of its settings.
+
+A project may have its own (``ProjectRanking``: the profile and the default reranker's fusion
+weights), set from a file or from a tuning (issue 18); ``ranking_from_settings`` is the one
+place a settings document is checked: unknown keys, wrong types and out-of-range values are
+``InvalidRequest`` naming the key, before anything is stored.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from memory_core.domain.canonical import hash_json
+from memory_core.domain.errors import InvalidRequest
 
 MAX_QUERY_CHARS = 2_000
 MIN_BUDGET = 1
 MAX_BUDGET = 100_000
+MAX_DEPTH = 1_000  # lexical, dense and rerank depths: a bound on the work one activation does
+
+
+def _within(lo: float, hi: float) -> Any:
+    def check(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+            raise InvalidRequest(f"{attribute.name} must be within [{lo:g}, {hi:g}], got {value!r}", key=attribute.name)
+
+    return check
+
+
+def _finite(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidRequest(f"{attribute.name} must be a finite number, got {value!r}", key=attribute.name)
 
 
 @attrs.frozen
 class RankingProfile:
     name: str = "default"
-    lexical_depth: int = 100
-    dense_depth: int = 100
-    rrf_k: int = 60
-    rerank_depth: int = 50
-    token_budget: int = 1_200
-    max_fragments: int = 8
-    per_resource_limit: int = 2
+    lexical_depth: int = attrs.field(default=100, validator=_within(1, MAX_DEPTH))
+    dense_depth: int = attrs.field(default=100, validator=_within(1, MAX_DEPTH))
+    rrf_k: int = attrs.field(default=60, validator=_within(1, 10_000))
+    rerank_depth: int = attrs.field(default=50, validator=_within(0, MAX_DEPTH))
+    token_budget: int = attrs.field(default=1_200, validator=_within(MIN_BUDGET, MAX_BUDGET))
+    max_fragments: int = attrs.field(default=8, validator=_within(1, MAX_DEPTH))
+    per_resource_limit: int = attrs.field(default=2, validator=_within(1, MAX_DEPTH))
     # Final-score floor for selection; the default fusion reranker scores in [0, 1.x].
-    min_final_score: float = 0.0
+    min_final_score: float = attrs.field(default=0.0, validator=_finite)
     bm25_k1: float = 0.9
     bm25_b: float = 0.4
 
@@ -34,3 +57,88 @@ class RankingProfile:
     @property
     def revision(self) -> str:
         return f"{self.name}@{hash_json(self.settings())[:12]}"
+
+
+# What a project's own profile may set. BM25's k1 and b are the lexical index's (not per project).
+PROFILE_KEYS = (
+    "lexical_depth", "dense_depth", "rrf_k", "rerank_depth", "token_budget", "max_fragments",
+    "per_resource_limit", "min_final_score",
+)  # fmt: skip
+FUSION_KEYS = ("alpha", "normalisation", "cosine_floor", "exact_bonus")  # ConvexFusionReranker's
+SETTING_KEYS = ("name", *PROFILE_KEYS, *FUSION_KEYS)
+_INTEGER_KEYS = {"lexical_depth", "dense_depth", "rrf_k", "rerank_depth", "token_budget", "max_fragments",
+                 "per_resource_limit"}  # fmt: skip
+MAX_NAME_CHARS = 64
+
+
+@attrs.frozen
+class ProjectRanking:
+    """How one project ranks: its profile and the fusion settings of the default reranker
+    (``fusion`` holds only the keys it sets; an engine with another reranker ignores them)."""
+
+    profile: RankingProfile
+    fusion: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def settings(self) -> dict[str, Any]:
+        """The document that recreates it (``ranking_from_settings``): only what differs is kept."""
+        default = RankingProfile()
+        out: dict[str, Any] = {"name": self.profile.name}
+        changed = (k for k in PROFILE_KEYS if getattr(self.profile, k) != getattr(default, k))
+        out.update({k: getattr(self.profile, k) for k in changed})
+        out.update(self.fusion)
+        return out
+
+
+def _check_type(key: str, value: Any) -> None:
+    if key == "name":
+        if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME_CHARS or "@" in value:
+            raise InvalidRequest(f"name must be 1 to {MAX_NAME_CHARS} characters without '@', got {value!r}", key=key)
+    elif key == "normalisation":
+        if not isinstance(value, str):
+            raise InvalidRequest(f"normalisation must be a string, got {value!r}", key=key)
+    elif key in _INTEGER_KEYS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidRequest(f"{key} must be an integer, got {value!r}", key=key)
+    elif isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidRequest(f"{key} must be a finite number, got {value!r}", key=key)
+
+
+def ranking_from_settings(
+    document: object, base: RankingProfile | None = None, check_fusion: Any = None
+) -> ProjectRanking:
+    """A project's ranking from its settings document (``{"name": ..., "rrf_k": 30, "alpha": 0.5}``;
+    keys left out keep ``base``'s values, the engine's profile). ``check_fusion(**fusion)``
+    validates the fusion keys (the reranker's own constructor), so their ranges live with it."""
+    if not isinstance(document, Mapping):
+        raise InvalidRequest("a ranking profile is a JSON object of settings")
+    unknown = sorted(str(k) for k in document if k not in SETTING_KEYS)
+    if unknown:
+        raise InvalidRequest(
+            f"unknown profile setting(s): {', '.join(unknown)}; known: {', '.join(SETTING_KEYS)}", unknown=unknown
+        )
+    for key, value in document.items():
+        _check_type(key, value)
+    profile = attrs.evolve(
+        base or RankingProfile(),
+        name=document.get("name", "project"),
+        **{k: document[k] for k in PROFILE_KEYS if k in document},
+    )
+    fusion = {k: document[k] for k in FUSION_KEYS if k in document}
+    if check_fusion is not None and fusion:
+        check_fusion(**fusion)
+    return ProjectRanking(profile, fusion)
+
+
+# Where a stored profile came from (``StoredProfile.source``).
+FROM_FILE, FROM_TUNE, FROM_RESTORE = "file", "tune", "restore"
+
+
+@attrs.frozen
+class StoredProfile:
+    """One version of a project's own ranking settings; the highest version is in use."""
+
+    project_id: str
+    version: int
+    settings: Mapping[str, Any]  # what ``ranking_from_settings`` reads; {} means the engine's defaults
+    source: str  # FROM_FILE, "tune:<tune_id>" or "restore:<version>"
+    created_at: str

@@ -21,6 +21,7 @@ The defaults were tuned on Cranfield's odd queries and checked on the even ones
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -66,17 +67,26 @@ class ConvexFusionReranker:
         lo = min(lexical) if self.normalisation == MINMAX else min(0.0, min(lexical))
         return lo, hi
 
-    def rerank(self, query: str, candidates: Sequence[RerankInput]) -> list[float]:
+    def components(self, candidates: Sequence[RerankInput]) -> tuple[list[float], list[float], list[float]]:
+        """Each candidate's normalised lexical part, rescaled dense part and exact bonus."""
         lo, hi = self._lexical_range(candidates)
         span = hi - lo
-        scores = []
+        lexical, dense, bonus = [], [], []
         for c in candidates:
             if c.bm25_score is None:
-                lex = 0.0
+                lexical.append(0.0)
             else:
-                lex = (c.bm25_score - lo) / span if span > 0 else 1.0
+                lexical.append((c.bm25_score - lo) / span if span > 0 else 1.0)
             cos = c.dense_similarity if c.dense_similarity is not None else self.cosine_floor
-            dense = min(1.0, max(0.0, (cos - self.cosine_floor) / (1.0 - self.cosine_floor)))
-            bonus = self.exact_bonus if c.exact_rank is not None else 0.0
-            scores.append(self.alpha * lex + (1.0 - self.alpha) * dense + bonus)
-        return scores
+            dense.append(min(1.0, max(0.0, (cos - self.cosine_floor) / (1.0 - self.cosine_floor))))
+            bonus.append(self.exact_bonus if c.exact_rank is not None else 0.0)
+        return lexical, dense, bonus
+
+    @staticmethod
+    def combine(alpha: Any, lexical: Any, dense: Any, bonus: Any) -> Any:
+        """The fused score; numbers or numpy arrays alike (tuning scores many alphas at once)."""
+        return alpha * lexical + (1.0 - alpha) * dense + bonus
+
+    def rerank(self, query: str, candidates: Sequence[RerankInput]) -> list[float]:
+        lexical, dense, bonus = self.components(candidates)
+        return [float(self.combine(self.alpha, x, d, b)) for x, d, b in zip(lexical, dense, bonus, strict=True)]

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
+from memory_core.domain.canonical import OMIT_NONE
 from memory_core.domain.model import EffectiveMemory, ManifestEntry
 from memory_core.retrieval.pipeline import Candidate
 
@@ -97,6 +98,12 @@ class CandidateRecord:
     disposition: str
     exclusion_code: str | None
     delta_action: str | None
+    # The unit's [start, end) code-point span in its resource's text (brief §3), so a judge can be
+    # shown its text cut from the frozen corpus and checked against ``unit_hash``. None in Runs
+    # recorded before spans were kept; left out of the plain form then, so that their frozen
+    # traces (and older fixtures) keep the trace hashes they were recorded with.
+    start: int | None = attrs.field(default=None, metadata=OMIT_NONE)
+    end: int | None = attrs.field(default=None, metadata=OMIT_NONE)
 
     @classmethod
     def from_candidate(cls, c: Candidate) -> CandidateRecord:
@@ -125,6 +132,8 @@ class CandidateRecord:
             disposition=c.disposition,
             exclusion_code=c.exclusion_code,
             delta_action=c.delta_action,
+            start=u.start,
+            end=u.end,
         )
 
 

@@ -109,6 +109,14 @@ class Activation:
     candidates: tuple[Candidate, ...]
 
 
+@attrs.frozen
+class Ranking:
+    """How one project's activations rank: its ranking profile and reranker."""
+
+    profile: RankingProfile
+    reranker: Reranker
+
+
 class ActivationParts(Protocol):
     """What an activation reads of its engine (``Engine`` is one)."""
 
@@ -127,15 +135,15 @@ class ActivationParts(Protocol):
     @property
     def vectors(self) -> VectorIndexFactory: ...
     @property
-    def reranker(self) -> Reranker: ...
-    @property
     def now(self) -> Callable[[], str]: ...
     @property
     def recorder(self) -> RunRecorder: ...
     @property
-    def profile(self) -> RankingProfile: ...
-    @property
     def live_memory(self) -> LiveMemory | None: ...
+
+    def ranking_for(self, project_id: str) -> Ranking:
+        """The profile and reranker the project ranks with (its own profile, else the defaults)."""
+        ...
 
 
 class _StageClock:
@@ -204,13 +212,16 @@ def activate(
     query: str,
     budget: int | None,
     state: ActivationState | Mapping[str, Any] | None,
+    ranking: Ranking | None = None,
 ) -> Activation:
-    """``Engine.activate``: ``served`` keeps the engine's open generations."""
+    """``Engine.activate``: ``served`` keeps the engine's open generations; ``ranking``: rank
+    with it instead of the project's own (replay ranks a frozen corpus as its case's project)."""
     clock = _StageClock()
     # Validation: a request failing here gets a typed error and creates no Run.
     project = parts.catalog.get_project(validate_project_id(project_id))
     query = _validate_query(query)
-    token_budget = _validate_budget(budget, parts.profile.token_budget)
+    ranking = ranking or parts.ranking_for(project_id)
+    token_budget = _validate_budget(budget, ranking.profile.token_budget)
     held = state if isinstance(state, ActivationState) else ActivationState.from_json(state)
     clock.end()
     recorder = parts.recorder
@@ -224,11 +235,11 @@ def activate(
             project_id, current, parts.generations, parts.manifests, parts.lexical, parts.vectors
         )
         clock.end()
-        candidates, totals = _rank(parts, opened, query, token_budget, held, clock)
+        candidates, totals = _rank(parts, ranking, opened, query, token_budget, held, clock)
     except Exception as exc:
         clock.end()
         clock.total()
-        _record_failure(parts, run_id, exc, clock, warm, opened)
+        _record_failure(parts, ranking, run_id, exc, clock, warm, opened)
         if isinstance(exc, ProjectNotIndexed):
             exc.details["run_id"] = run_id or None
             raise
@@ -251,7 +262,7 @@ def activate(
         scanner=parts.indexer.scanner,
     )
     clock.end()
-    revs = revisions(generation, parts.reranker, parts.profile)
+    revs = revisions(generation, ranking.reranker, ranking.profile)
     clock.total()
     if run_id is not None:
         trace = RunTrace(
@@ -291,13 +302,14 @@ def activate(
 
 def _rank(
     parts: ActivationParts,
+    ranking: Ranking,
     opened: OpenGeneration,
     query: str,
     budget: int,
     held: ActivationState,
     clock: _StageClock,
 ) -> tuple[list[Candidate], dict[str, int]]:
-    p = parts.profile
+    p = ranking.profile
     embedder = parts.embedder
     clock.begin("exact")
     exact = opened.exact.search(query)
@@ -330,7 +342,7 @@ def _rank(
             c.dense_similarity = float(sim)
     clock.end()
     clock.begin("rerank")
-    scores = parts.reranker.rerank(query, window)
+    scores = ranking.reranker.rerank(query, window)
     final = apply_rerank(fused, p.rerank_depth, scores)
     clock.end()
     clock.begin("select")
@@ -353,6 +365,7 @@ def _record_start(recorder: RunRecorder, run: RunStart) -> str | None:
 
 def _record_failure(
     parts: ActivationParts,
+    ranking: Ranking,
     run_id: str | None,
     exc: Exception,
     clock: _StageClock,
@@ -371,7 +384,7 @@ def _record_failure(
         finished_at=parts.now(),
         effective_memory_hash=generation.effective_memory_hash if generation else None,
         index_revision=generation.index_revision if generation else None,
-        revisions=revisions(generation, parts.reranker, parts.profile),
+        revisions=revisions(generation, ranking.reranker, ranking.profile),
     )
     try:
         parts.recorder.fail(run_id, failure)

@@ -54,8 +54,9 @@ class EngineWorkspace:
             raise StorageUnavailable("the activation was not recorded as a Run (is history enabled and writable?)")
         return run_id
 
-    def rank(self, project_id: str, query: str) -> list[RankedItem]:
-        activation = self.engine.activate(project_id, query)
+    def rank(self, project_id: str, query: str, ranked_as: str | None = None) -> list[RankedItem]:
+        ranking = self.engine.ranking_for(ranked_as) if ranked_as is not None else None
+        activation = self.engine.activate(project_id, query, ranking=ranking)
         return [RankedItem(c.unit.unit_id, c.unit.resource_id, c.unit.resource_hash) for c in activation.candidates]
 
 

@@ -3,7 +3,9 @@
 A page of the corpus in manifest order: every resource, or those whose id or body contains a
 text (any case). Bodies are read, verified, from the blob store, at most ``SEARCH_SCAN_BYTES``
 a call, so a call stays bounded on any corpus and the cursor resumes where it stopped (a page
-may hold fewer than ``limit`` matches while ``next_cursor`` is not null).
+may hold fewer than ``limit`` matches while ``next_cursor`` is not null). A body match comes
+with its passages (``evaluation.passages.text_passages``): the paragraphs holding the first
+matches, with their offsets and heading path, so a judge reads the evidence before adding it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import attrs
 
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.model import ManifestEntry
+from memory_core.evaluation.passages import TextPassage, text_passages
 from memory_core.ports import BlobStore
 from memory_core.ports.evaluation import EvaluationStore
 
@@ -43,6 +46,7 @@ class CorpusResourceMatch:
     snippet: str | None
     retrieved: bool  # a unit of it is in the source trace
     selected: bool  # the source Run selected a unit of it
+    passages: tuple[TextPassage, ...]  # where the body matched; none for an id match
 
 
 @attrs.frozen
@@ -75,6 +79,7 @@ def search_corpus(store: EvaluationStore, blobs: BlobStore, query: CorpusQuery) 
         position += 1
         matched_in: str | None = None
         snippet: str | None = None
+        passages: tuple[TextPassage, ...] = ()
         if pattern is not None:
             if pattern.search(entry.resource_id):
                 matched_in = "resource_id"
@@ -85,8 +90,9 @@ def search_corpus(store: EvaluationStore, blobs: BlobStore, query: CorpusQuery) 
                 if hit is None:
                     continue
                 matched_in, snippet = "body", _snippet(body, hit.start(), hit.end())
+                passages = text_passages(body, entry.media_type, pattern)
         rid = entry.resource_id
-        found.append(CorpusResourceMatch(entry, matched_in, snippet, rid in retrieved, rid in selected))
+        found.append(CorpusResourceMatch(entry, matched_in, snippet, rid in retrieved, rid in selected, passages))
     return CorpusResourcePage(
         case_id=case.case_id,
         corpus_id=case.corpus_id,

@@ -20,6 +20,7 @@ from memory_core.domain.progress import Progress
 from memory_core.evaluation.cases import Case, JudgmentSet
 from memory_core.evaluation.fixture import ExportScope, ImportResult, dump
 from memory_core.evaluation.report import Report
+from memory_core.evaluation.tuning import TuneResult
 from memory_core.ports import (
     Catalog,
     Embedder,
@@ -30,11 +31,12 @@ from memory_core.ports import (
     Reranker,
     VectorIndexFactory,
 )
+from memory_core.ports.profiles import ProfileStore
 from memory_core.ports.runs import RunRecorder, RunStore
 from memory_core.retrieval.activation_state import ActivationState
 from memory_core.retrieval.profile import RankingProfile
 from memory_core.runs.records import ClearReport, NullRecorder, RunDetail, RunFilter, RunPage
-from memory_core.services.activation import Activation, activate, revisions
+from memory_core.services.activation import Activation, Ranking, activate, revisions
 from memory_core.services.evaluation import EvaluationService
 from memory_core.services.fixtures import export_document
 from memory_core.services.indexing import Indexer, IndexReport
@@ -47,6 +49,8 @@ from memory_core.services.local_storage import (
     StoredGeneration,
 )
 from memory_core.services.open_generations import OpenGenerations
+from memory_core.services.profiles import ProfileView, ProjectProfiles
+from memory_core.services.tuning import tune_project
 
 
 @attrs.frozen
@@ -72,7 +76,14 @@ class Engine:
     evaluation: EvaluationService | None = None
     # The sources as they are now (brief §3); None records only the ranking generation's memory.
     live_memory: LiveMemory | None = None
+    # Each project's own ranking settings and tunings (issue 18); None: every project ranks alike.
+    profile_store: ProfileStore | None = None
     _open: OpenGenerations = attrs.field(factory=OpenGenerations, init=False)
+    _profiles: ProjectProfiles = attrs.field(init=False)
+
+    @_profiles.default
+    def _project_profiles(self) -> ProjectProfiles:
+        return ProjectProfiles(self.profile_store, self.profile, self.reranker)
 
     # -- projects -------------------------------------------------------------------------
     def add_project(self, name: str, sources: Sequence[Source]) -> Project:
@@ -186,6 +197,44 @@ class Engine:
             return self.indexer.index(name, force=force)
         return self.indexer.index(name, force=force, progress=progress)
 
+    # -- ranking profiles (services/profiles.py) and tuning (services/tuning.py) -------------
+    def ranking_for(self, project_id: str) -> Ranking:
+        """The profile and reranker ``project_id`` ranks with: its own profile, else the defaults."""
+        return self._profiles.ranking_for(project_id)
+
+    def project_profile(self, name: str) -> ProfileView:
+        """The project's ranking settings in effect and their history; raises ``ProjectNotFound``."""
+        self.catalog.get_project(name)
+        return self._profiles.show(name)
+
+    def set_project_profile(
+        self, name: str, settings: Mapping[str, Any] | None = None, *, from_tune: str | None = None
+    ) -> ProfileView:
+        """Give the project its own settings (a document, or a tuning's proposal: exactly one);
+        raises ``ProjectNotFound``, ``InvalidRequest`` (unknown key, bad value), ``TuningNotFound``."""
+        self.catalog.get_project(name)
+        if (settings is None) == (from_tune is None):
+            raise InvalidRequest("give either the settings or a tuning id, not both or neither")
+        if from_tune is not None:
+            return self._profiles.set_from_tune(name, from_tune)
+        return self._profiles.set(name, settings)
+
+    def restore_project_profile(self, name: str, version: int | None = None) -> ProfileView:
+        """Put an earlier profile version back in use (None: the one before, 0: the defaults)."""
+        self.catalog.get_project(name)
+        return self._profiles.restore(name, version)
+
+    def tune_project(self, name: str, **options: Any) -> TuneResult:
+        """Search the project's fusion settings on its judged cases, cross-validated, and keep the
+        result (``services/tuning.py`` lists the options); raises ``EvaluationSetEmpty``."""
+        self.catalog.get_project(name)
+        return tune_project(self.evaluations(), self._profiles, name, now=self.now, **options)
+
+    def tunings(self, name: str) -> list[TuneResult]:
+        """The project's tunings, newest first."""
+        self.catalog.get_project(name)
+        return self._profiles.store.tunings(name) if self._profiles.store is not None else []
+
     # -- activation (services/activation.py) ----------------------------------------------
     def revisions(self, generation: Generation | None) -> dict[str, str]:
         """The revisions (models, profile, index) an activation over ``generation`` answers with."""
@@ -198,11 +247,12 @@ class Engine:
         *,
         budget: int | None = None,
         state: ActivationState | Mapping[str, Any] | None = None,
+        ranking: Ranking | None = None,
     ) -> Activation:
         """Rank the project's memory for ``query`` within ``budget`` tokens and return the Activation
         (its ``response`` for the agent); raises ``InvalidQuery``, ``InvalidBudget``,
         ``InvalidActivationState``, ``ProjectNotFound``, ``ProjectNotIndexed``, ``RetrievalFailed``."""
-        return activate(self, self._open, project_id, query, budget, state)
+        return activate(self, self._open, project_id, query, budget, state, ranking)
 
     # -- Retrieval Runs -------------------------------------------------------------------
     def _runs(self) -> RunStore:

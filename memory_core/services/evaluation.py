@@ -29,6 +29,7 @@ from memory_core.evaluation.cases import (
     validate_case_id,
 )
 from memory_core.evaluation.fixture import ExportScope, ImportResult
+from memory_core.evaluation.passages import candidate_passages
 from memory_core.evaluation.report import (
     CaseInput,
     Report,
@@ -161,7 +162,8 @@ class EvaluationService:
         trace = self.store.get_trace(case_id)
         current = self.store.judgments(case_id)
         corpus = self.store.get_corpus(case.corpus_id)
-        data = self._case_input(case, trace, current, corpus.hashes())
+        hashes = corpus.hashes()
+        data = self._case_input(case, trace, current, hashes)
         return CaseDetail(
             case=case,
             trace=trace,
@@ -169,6 +171,7 @@ class EvaluationService:
             corpus_resources=len(corpus.resources),
             metrics=case_metrics(data),
             missed=tuple(missed_evidence(case_id, trace.candidates, data.judgments)),
+            passages=candidate_passages(trace.candidates, hashes, self.blobs.get),
         )
 
     def get_trace(self, case_id: str) -> SourceTrace:

@@ -155,7 +155,8 @@ def replay(
             before = baseline.get(r.case.case_id)
         else:
             before = ndcg_at(grade(variant_ranking(r.trace.candidates, BASELINE), judgments, level), 10)
-        ranking = workspace.rank(projects[r.case.corpus_id], r.case.query)
+        # Ranked as the case's project ranks now (its own profile, if it has one).
+        ranking = workspace.rank(projects[r.case.corpus_id], r.case.query, ranked_as=r.case.project_id)
         after = ndcg_at(grade(ranking, judgments, level), 10)
         if before is None or after is None:
             results.append(ReplayCase(r.case.case_id, before, after, None, None))

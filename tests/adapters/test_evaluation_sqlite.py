@@ -29,6 +29,7 @@ from memory_core.evaluation.cases import Judgment
 from memory_core.runs.records import RunFilter
 from memory_core.services import fixtures
 from memory_core.services.evaluation import EvaluationService
+from tests.adapters.recording_before_spans import recording_before_spans
 from tests.adapters.test_database import dump
 from tests.adapters.test_run_store_sqlite import count, index, real_memory, reopen_migrated
 from tests.contracts.test_run_store import failure, ranked, run_start, trace_of, ts
@@ -68,20 +69,22 @@ def test_populated_v3_database_migrates_to_latest_without_losing_rows(tmp_path: 
     conn = open_database(path, target_version=3)
     catalog, runs = SqliteCatalog(conn), SqliteRunStore(conn, blobs)
     run_ids = []
-    for p in range(4):
-        project = f"project-{p}"
-        catalog.add_project(Project(project, (Source(f"/src/{p}"),), ts(p)))
-        memory = real_memory(blobs, f"p{p}", 3, project)
-        runs.record_manifest(memory)
-        index(catalog, project, f"rev{p}", memory)
-        for i in range(5):
-            run_id = runs.start(run_start(project, f"query {i}", i))
-            if i == 4:
-                runs.fail(run_id, failure())
-            else:
-                runs.complete(run_id, trace_of(ranked(i + p), memory.hash, i))
-            run_ids.append(run_id)
-        runs.pin(run_ids[-2])
+    with recording_before_spans():  # a schema 3 database has no span columns
+        for p in range(4):
+            project = f"project-{p}"
+            catalog.add_project(Project(project, (Source(f"/src/{p}"),), ts(p)))
+            memory = real_memory(blobs, f"p{p}", 3, project)
+            runs.record_manifest(memory)
+            index(catalog, project, f"rev{p}", memory)
+            for i in range(5):
+                run_id = runs.start(run_start(project, f"query {i}", i))
+                if i == 4:
+                    runs.fail(run_id, failure())
+                else:
+                    runs.complete(run_id, trace_of(ranked(i + p), memory.hash, i))
+                run_ids.append(run_id)
+            runs.pin(run_ids[-2])
+        runs.settle()  # every write landed while the store still wrote the old rows
     before = dump(conn, V3_TABLES)
     assert len(before["retrieval_runs"]) == 20 and len(before["retrieval_run_candidates"]) > 100
     assert not conn.execute("SELECT name FROM sqlite_master WHERE name = 'evaluation_cases'").fetchall()

@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import pytest
 
+from memory_core.domain.canonical import omit_none_fields
 from memory_core.domain.model import ManifestEntry
 from memory_core.evaluation import fixture
 from memory_core.evaluation.cases import SourceTrace
@@ -50,7 +51,10 @@ def test_every_definition_names_the_same_fields(cls: type, table: dict[str, Any]
     fields = [f.name for f in attrs.fields(cls)]
     assert list(table) == fields, "the fixture validator's table differs from the attrs class"
     assert sorted(SCHEMA[fixture_name]["properties"]) == sorted(fields), "the fixture JSON Schema differs"
-    assert sorted(SCHEMA[fixture_name]["required"]) == sorted(fields), "every field is written, null or not"
+    # Every field is written, null or not, except those ``plain`` leaves out while None (a
+    # candidate's span, absent from Runs recorded before spans were kept; issue 18 item 3).
+    written = sorted(set(fields) - set(omit_none_fields(cls)))
+    assert sorted(SCHEMA[fixture_name]["required"]) == written, "every field is written, null or not"
     assert sorted(OPENAPI[api_name]["properties"]) == sorted(fields), "the OpenAPI type differs"
 
 

@@ -746,7 +746,7 @@ class Reversed:
     def activate(self, project_id: str, query: str) -> str:
         return self.inner.activate(project_id, query)
 
-    def rank(self, project_id: str, query: str) -> list[RankedItem]:
+    def rank(self, project_id: str, query: str, ranked_as: str | None = None) -> list[RankedItem]:
         return list(reversed(self.inner.rank(project_id, query)))
 
 

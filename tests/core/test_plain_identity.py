@@ -114,6 +114,15 @@ def without_returned(document: Any) -> Any:
     return out
 
 
+def without_passages(detail: dict[str, Any]) -> dict[str, Any]:
+    """A case detail without what a judge reads (issue 18 item 3, added after these digests were
+    taken): the passages and each candidate's span."""
+    out = {k: v for k, v in detail.items() if k != "passages"}
+    candidates = [{k: v for k, v in c.items() if k not in ("start", "end")} for c in detail["trace"]["candidates"]]
+    out["trace"] = {**detail["trace"], "candidates": candidates}
+    return out
+
+
 def test_identity_hashes_are_unchanged() -> None:
     assert manifest_hash(ENTRIES) == "3591734db836f1e6f3141d2171e0003a6693591ab2e6a5f9ad13114cc91caef4"
     assert sha256_hex(manifest_json(ENTRIES)) == manifest_hash(ENTRIES)
@@ -204,10 +213,15 @@ def test_cli_documents_are_unchanged() -> None:
         2,
         case_metrics(INPUTS[0]),
         tuple(missed_evidence("c1", CANDIDATES[1:], INPUTS[0].judgments)),
+        (),
     )
     shown = wire.to_json(detail)
     assert set(RETURNED_METRICS) <= set(shown["metrics"]["unit"]["b4_reranked"])
-    assert digest(without_returned(shown)) == "4e19853b9ba9ec03066225d1f3a71dcc1db9209b0e6d1810fe0d28d1c424b779"
+    assert shown["passages"] == [] and {(c["start"], c["end"]) for c in shown["trace"]["candidates"]} == {(None, None)}
+    assert (
+        digest(without_returned(without_passages(shown)))
+        == "4e19853b9ba9ec03066225d1f3a71dcc1db9209b0e6d1810fe0d28d1c424b779"
+    )
     assert wire.to_json(REPORT) == plain(REPORT)
     beir = BeirImportResult("p", "test", ("c1", "c2"), 1, 1, 3, REPORT)
     assert (

@@ -89,6 +89,12 @@ SUCCESS: dict[str, tuple[bool, dict[str, Any]]] = {  # method -> (needs an index
     "evaluation_report": (True, {"project_id": "ledger"}),
     "export_evaluation_set": (True, {"project_id": "ledger", "with_history": True}),
     "import_evaluation_set": (True, {"fixture": {"<fixture>": True}}),  # filled in with this home's export
+    # Ranking profiles and tuning (issue 18); "<with_case>": a case exists first (it has no judgment).
+    "show_project_profile": (True, {"project_id": "ledger"}),
+    "set_project_profile": (True, {"project_id": "ledger", "settings": {"rrf_k": 30, "alpha": 0.5}}),
+    "restore_project_profile": (True, {"project_id": "ledger", "version": 0}),
+    "tune_project": (True, {"project_id": "ledger", "include_unreviewed": True, "folds": 2, "<with_case>": True}),
+    "list_tunings": (True, {"project_id": "ledger"}),
 }
 RUN_QUERY = {"project_id": "ledger", "query": "how do I roll back a deploy?"}
 
@@ -100,11 +106,18 @@ def with_run_id(http: TestClient, body: dict[str, Any]) -> dict[str, Any]:
     if body.get("case_id") == "<case_id>":
         run_id = ok(http, "activate_memory", RUN_QUERY)["run_id"]
         body = {**body, "case_id": ok(http, "create_evaluation_case", {"run_id": run_id})["case_id"]}
+    if body.get("<with_case>"):
+        with_run_id(http, {"case_id": "<case_id>"})
+        body = without_placeholders(body)
     if body.get("fixture") == {"<fixture>": True}:
         with_case = with_run_id(http, {"case_id": "<case_id>"})
         assert with_case["case_id"]
         body = {**body, "fixture": ok(http, "export_evaluation_set", {})}
     return body
+
+
+def without_placeholders(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if not k.startswith("<")}
 
 
 def test_every_method_has_a_success_case() -> None:
@@ -179,7 +192,7 @@ def test_activation_state_round_trip_reuses_held_units(http: TestClient) -> None
 @pytest.mark.parametrize("method", sorted(SUCCESS))
 def test_unknown_fields_are_rejected(method: str, http: TestClient, context: Context) -> None:
     indexed(http, "other")
-    body = {**SUCCESS[method][1], "surprise": 1}  # rejected before any lookup
+    body = {**without_placeholders(SUCCESS[method][1]), "surprise": 1}  # rejected before any lookup
     error = assert_error(post(http, method, body), "invalid_request", 400)
     assert "surprise" in error["message"]
     assert error["details"]["errors"] == ["extra fields found (surprise) @ $"]

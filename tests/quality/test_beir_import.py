@@ -15,19 +15,18 @@ import attrs
 import pytest
 
 from memory_core.adapters.files.blob_store import FileBlobStore
-from memory_core.adapters.files.evaluation_sources import FolderSources
 from memory_core.adapters.sqlite import open_database
 from memory_core.adapters.sqlite.evaluation import SqliteEvaluationStore
 from memory_core.adapters.sqlite.runs import SqliteRunStore
-from memory_core.adapters.system.home import HomeLayout
 from memory_core.domain.canonical import plain
 from memory_core.entrypoints.bootstrap import utc_now
 from memory_core.evaluation.metrics import resource_ranking
 from memory_core.evaluation.report import VARIANTS, variant_ranking
 from memory_core.services import fixtures
-from memory_core.services.beir_import import EngineWorkspace, import_beir
+from memory_core.services.beir_import import import_beir
 from memory_core.services.evaluation import EvaluationService
 from tests.conftest import CRANFIELD
+from tests.quality.beir_workspace import evaluation_over
 
 pytestmark = pytest.mark.slow
 
@@ -44,13 +43,7 @@ class Imported:
 
 @pytest.fixture(scope="module")
 def imported(cranfield_home, cranfield_engine) -> Iterator[Imported]:  # type: ignore[no-untyped-def]
-    home = cranfield_home[0]
-    layout = HomeLayout.at(home)
-    conn = open_database(layout.db_path)
-    service = EvaluationService(
-        SqliteEvaluationStore(conn), cranfield_engine.history, FileBlobStore(layout.blobs_dir), now=utc_now
-    )
-    workspace = EngineWorkspace(cranfield_engine, FolderSources(home.parent / "beir-sources"))
+    service, workspace, conn = evaluation_over(cranfield_home[0], cranfield_engine, "beir-sources")
     started = time.perf_counter()
     result = import_beir(service, workspace, CRANFIELD, PROJECT)
     seconds = {"import_beir": time.perf_counter() - started}

@@ -53,7 +53,7 @@ class Counting:
     def activate(self, project_id: str, query: str) -> str:
         return self.inner.activate(project_id, query)
 
-    def rank(self, project_id: str, query: str) -> list[Any]:
+    def rank(self, project_id: str, query: str, ranked_as: str | None = None) -> list[Any]:
         self.ranked += 1
         return self.inner.rank(project_id, query)
 

@@ -29,7 +29,8 @@ from memory_core.services.activation import ActivationResponse, Fragment
 from memory_core.services.engine import ProjectInfo
 from memory_core.services.indexing import IndexReport
 
-API_VERSION = "1.2.0"  # 1.1: Evaluation Set methods; 1.2: Project Local Storage, remove_project purge
+API_VERSION = "1.3.0"  # 1.1: Evaluation Set methods; 1.2: Project Local Storage, remove_project purge;
+# 1.3: ranking profiles and tuning, candidate spans and passages (issue 18)
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a 10,000-unit activation state is about 0.9 MiB
 # import_evaluation_set carries whole fixtures (corpus bodies included): its own, larger limit.
 MAX_IMPORT_BODY_BYTES = 256 << 20
@@ -116,6 +117,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "evaluation_import_conflict": 409,
     "evaluation_set_empty": 409,
     "evaluation_replay_corpus_mismatch": 409,
+    "tuning_not_found": 404,
 }
 
 
@@ -190,14 +192,19 @@ from memory_core.entrypoints.daemon.api.requests import (  # noqa: E402
     ListEvaluationCasesRequest,
     ListProjectsRequest,
     ListRetrievalRunsRequest,
+    ListTuningsRequest,
     MarkEvaluationReviewedRequest,
     MoveProjectStorageRequest,
     RemoveProjectRequest,
     ReplaceEvaluationJudgmentsRequest,
+    RestoreProjectProfileRequest,
     RuntimeStatusRequest,
     SearchCorpusResourcesRequest,
+    SetProjectProfileRequest,
+    ShowProjectProfileRequest,
     ShowProjectRequest,
     ShowProjectStorageRequest,
+    TuneProjectRequest,
 )
 from memory_core.entrypoints.daemon.api.responses import (  # noqa: E402
     MATCH_KINDS,
@@ -210,6 +217,7 @@ from memory_core.entrypoints.daemon.api.responses import (  # noqa: E402
     MissedEvidenceSummary,
     ProjectList,
     RuntimeStatus,
+    TuningList,
 )
 from memory_core.entrypoints.daemon.api.shapes import COMPUTED, DOCUMENT_SCHEMAS, SCHEMA_EXTRA  # noqa: E402
 
@@ -262,6 +270,7 @@ __all__ = [
     "ListEvaluationCasesRequest",
     "ListProjectsRequest",
     "ListRetrievalRunsRequest",
+    "ListTuningsRequest",
     "MarkEvaluationReviewedRequest",
     "MethodNotAllowed",
     "MissedEvidenceSummary",
@@ -275,14 +284,19 @@ __all__ = [
     "RemoveProjectRequest",
     "ReplaceEvaluationJudgmentsRequest",
     "RequestTooLarge",
+    "RestoreProjectProfileRequest",
     "RunDetail",
     "RunPage",
     "RunSummary",
     "RuntimeStatus",
     "RuntimeStatusRequest",
     "SearchCorpusResourcesRequest",
+    "SetProjectProfileRequest",
+    "ShowProjectProfileRequest",
     "ShowProjectRequest",
     "ShowProjectStorageRequest",
+    "TuneProjectRequest",
+    "TuningList",
     "UnknownMethod",
     "error_classes",
     "exception_for",

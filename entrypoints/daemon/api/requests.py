@@ -15,8 +15,9 @@ from memory_core.domain.model import PROJECT_ID_RE, Source
 from memory_core.evaluation.cases import CASE_ID_RE, MAX_JUDGMENTS, MAX_NOTE_CHARS, Judgment
 from memory_core.evaluation.fixture import dump
 from memory_core.evaluation.metrics import MAX_RELEVANCE
+from memory_core.evaluation.tuning import DEFAULT_FOLDS, GRID_KEYS, MAX_FOLDS
 from memory_core.retrieval.activation_state import ActivationState
-from memory_core.retrieval.profile import MAX_BUDGET, MAX_QUERY_CHARS, MIN_BUDGET
+from memory_core.retrieval.profile import MAX_BUDGET, MAX_QUERY_CHARS, MIN_BUDGET, SETTING_KEYS
 from memory_core.runs.records import FAILED, MAX_PAGE, RUNNING, SUCCEEDED
 from memory_core.services.corpus_search import MAX_CORPUS_PAGE, MAX_SEARCH_CHARS
 
@@ -283,3 +284,55 @@ class ImportEvaluationSetRequest:
 
     fixture: EvaluationFixture
 
+
+
+# -- ranking profiles and tuning (issue 18) -------------------------------------------------
+@attrs.frozen
+class ShowProjectProfileRequest:
+    project_id: str
+
+
+@attrs.frozen
+class SetProjectProfileRequest:
+    """Give a project its own ranking settings: a settings document or a tuning's proposal."""
+
+    project_id: str
+    settings: Mapping[str, Any] | None = attrs.field(
+        default=None,
+        metadata={"schema": {"description": "settings to use (keys left out keep the engine's): "
+                             + ", ".join(SETTING_KEYS)}},
+    )
+    from_tune: str | None = attrs.field(
+        default=None,
+        metadata={"schema": {"minLength": 1, "maxLength": 64, "description": "apply this tuning's proposal"}},
+    )
+
+
+@attrs.frozen
+class RestoreProjectProfileRequest:
+    project_id: str
+    version: int | None = attrs.field(
+        default=None,
+        metadata={"schema": {"minimum": 0, "description": "the version to put back (0: the engine's defaults); "
+                             "null: the one before the current"}},
+    )
+
+
+@attrs.frozen
+class TuneProjectRequest:
+    """Search the project's fusion settings on its judged cases, cross-validated (docs/evaluation.md)."""
+
+    project_id: str
+    grid: Mapping[str, list[Any]] | None = attrs.field(
+        default=None,
+        metadata={"schema": {"description": "values to search per key (others keep the default grid): "
+                             + ", ".join(GRID_KEYS)}},
+    )
+    folds: int = attrs.field(default=DEFAULT_FOLDS, metadata={"schema": {"minimum": 2, "maximum": MAX_FOLDS}})
+    level: str = attrs.field(default="resource", metadata={"schema": {"enum": ["unit", "resource"]}})
+    include_unreviewed: bool = False
+
+
+@attrs.frozen
+class ListTuningsRequest:
+    project_id: str

@@ -8,6 +8,7 @@ import attrs
 
 from memory_core.adapters.files.watcher import ProjectHealth
 from memory_core.evaluation.cases import Case, Corpus, JudgmentSet, SourceTrace
+from memory_core.evaluation.passages import CandidatePassage
 from memory_core.evaluation.report import (
     REPORT_VERSION,
     LatencyReport,
@@ -16,6 +17,7 @@ from memory_core.evaluation.report import (
     MissedEvidenceSummary,
     Report,
 )
+from memory_core.evaluation.tuning import TuneResult
 from memory_core.services.corpus_search import MATCH_KINDS, CorpusResourceMatch, CorpusResourcePage
 from memory_core.services.engine import ProjectInfo
 
@@ -48,6 +50,10 @@ class EvaluationCaseDetail:
         metadata={"schema": {"description": "level (unit, resource) -> variant (b1_bm25 .. b4_reranked) -> metric"}}
     )
     missed_evidence: tuple[MissedEvidence, ...]
+    passages: tuple[CandidatePassage, ...] = attrs.field(
+        metadata={"schema": {"description": "each candidate of the trace, in its order: its text cut from the "
+                             "frozen corpus by its span and checked against its unit_hash, or why not"}}
+    )
 
 
 @attrs.frozen
@@ -107,3 +113,10 @@ class RuntimeStatus:
 @attrs.frozen
 class ProjectList:
     projects: tuple[ProjectInfo, ...]
+
+
+@attrs.frozen
+class TuningList:
+    """A project's tunings, newest first."""
+
+    tunings: tuple[TuneResult, ...]

@@ -11,6 +11,8 @@ from memory_core.entrypoints.daemon.api.requests import EvaluationFixture, Judgm
 from memory_core.evaluation.cases import PROVENANCES, Case, Corpus, Judgment, JudgmentSet
 from memory_core.evaluation.fixture import FORMAT, FORMAT_VERSION
 from memory_core.evaluation.metrics import MAX_RELEVANCE
+from memory_core.evaluation.passages import PASSAGE_STATUSES, CandidatePassage, TextPassage
+from memory_core.runs.records import CandidateRecord
 from memory_core.services.corpus_search import MATCH_KINDS, CorpusResourceMatch
 
 # Read-only properties a response carries besides the fields; a decoder checks and drops them.
@@ -33,6 +35,27 @@ SCHEMA_EXTRA: dict[type, dict[str, Any]] = {  # "properties" merge into the fiel
         "snippet": {"description": "body text around the first match"},
         "retrieved": {"description": "a unit of it is in the source trace"},
         "selected": {"description": "the source Run selected a unit of it"},
+        "passages": {"description": "the paragraphs of the body holding the first matches (none for an id match)"},
+    }},
+    CandidateRecord: {"properties": {
+        "start": {"minimum": 0, "description": "the unit's span [start, end) in code points of its resource's "
+                  "text; null in Runs recorded before spans were kept"},
+        "end": {"minimum": 0},
+    }},
+    # What a judge reads (memory_core.evaluation.passages): offsets are code points of the text.
+    CandidatePassage: {"properties": {
+        "start": {"minimum": 0, "description": "the unit's span [start, end); null: recorded before spans were kept"},
+        "end": {"minimum": 0},
+        "status": {"enum": list(PASSAGE_STATUSES), "description": "shown: text is the unit's, verified"},
+        "text": {"description": "the unit's text, only when status is shown"},
+        "note": {"description": "why no text is shown (null when it is)"},
+    }},
+    TextPassage: {"properties": {
+        "start": {"minimum": 0, "description": "[start, end) in the resource's text"},
+        "end": {"minimum": 0},
+        "heading_path": {"description": "the markdown headings of the section holding the match"},
+        "match_start": {"minimum": 0},
+        "match_end": {"minimum": 0},
     }},
 }
 # Values sent as one JSON object, whole; validated by the engine, not field by field.

@@ -1,6 +1,7 @@
-// One Evaluation Case: relevance 0–3 per retrieved unit (keyboard: j/k, 0–3, x, s), a
-// missed-evidence picker over the frozen corpus, and saving with compare-and-set: a stale
-// editor is told, keeps its edits on screen and can rebase them onto the newer version.
+// One Evaluation Case: relevance 0–3 per retrieved unit (keyboard: j/k, 0–3, x, s), each unit
+// shown with its text from the frozen corpus, a missed-evidence picker over the frozen corpus
+// that shows the matching passages, and saving with compare-and-set: a stale editor is told,
+// keeps its edits on screen and can rebase them onto the newer version.
 
 import {
   ApiError, call, clear, fill, errorBox, facts, fmtNum, fmtTime, h, link, say, short, table, unsay,
@@ -58,6 +59,27 @@ function setGrade(group, value) {
   for (const input of group.querySelectorAll("input")) input.checked = input.value === String(value ?? "");
 }
 
+/** A candidate's text as the frozen corpus holds it (verified against its unit hash by the
+ * daemon), or, plainly, why it is not shown: never text that merely sits at the same offsets. */
+function unitPassage(passage) {
+  if (!passage) return null;
+  if (passage.text === null) {
+    return h("p", { class: "small passage-missing", "data-passage-status": passage.status }, passage.note);
+  }
+  return h("div", { class: "passage", "data-passage-status": passage.status,
+    title: `characters ${passage.start}–${passage.end} of ${passage.resource_id}` }, passage.text);
+}
+
+/** A search passage: its heading path, then its text with the match marked. */
+function searchPassage(passage) {
+  const before = passage.text.slice(0, passage.match_start - passage.start);
+  const match = passage.text.slice(passage.match_start - passage.start, passage.match_end - passage.start);
+  const after = passage.text.slice(passage.match_end - passage.start);
+  return h("li", { "data-start": passage.start, "data-end": passage.end },
+    passage.heading_path.length ? h("span", { class: "sub" }, passage.heading_path.join(" › ")) : null,
+    h("div", { class: "passage" }, before, h("mark", null, match), after));
+}
+
 export async function caseView(main, caseId) {
   let detail = await call("get_evaluation_case", { case_id: caseId });
   let base = judgmentMap(detail.judgments.judgments);
@@ -66,6 +88,7 @@ export async function caseView(main, caseId) {
   let currentIndex = 0;
   const rows = []; // {key, tr, group, marker}
   const candidates = detail.trace.candidates;
+  const passages = new Map(detail.passages.map((p) => [p.unit_id, p]));
   const selectedResources = new Set(candidates.filter((c) => c.disposition === "selected").map((c) => c.resource_id));
   const retrievedResources = new Set(candidates.map((c) => c.resource_id));
 
@@ -120,7 +143,8 @@ export async function caseView(main, caseId) {
     const tr = h("tr", { tabindex: i === 0 ? 0 : -1, "data-unit-id": c.unit_id, class: c.disposition === "selected" ? "selected" : null,
       onfocusin: () => { if (currentIndex !== i) focusRow(i); } },
     h("td", { class: "num" }, String(c.final_rank)),
-    h("td", { class: "wrap-any" }, h("code", null, c.unit_id), c.heading_path.length ? h("span", { class: "sub" }, c.heading_path.join(" › ")) : null),
+    h("td", { class: "wrap-any" }, h("code", null, c.unit_id), c.heading_path.length ? h("span", { class: "sub" }, c.heading_path.join(" › ")) : null,
+      unitPassage(passages.get(c.unit_id))),
     h("td", { class: "num hide-narrow" }, fmtNum(c.lexical_rank)), h("td", { class: "num hide-narrow" }, fmtNum(c.dense_rank)),
     h("td", { class: "num hide-narrow" }, fmtNum(c.rrf_rank)),
     h("td", null, c.disposition === "selected" ? h("span", { class: "badge ok" }, `selected · ${c.delta_action}`) : h("code", { class: "small" }, c.exclusion_code)),
@@ -198,7 +222,8 @@ export async function caseView(main, caseId) {
             pick(resourceKey(id), Number(addGrade.value));
             say(`Added ${id} with relevance ${addGrade.value} (not saved yet).`);
           } }, "Add as evidence")),
-        m.snippet ? h("div", { class: "small muted wrap-any" }, m.snippet) : null));
+        m.passages.length ? h("ul", { class: "passages", "aria-label": `Where ${id} matches` }, m.passages.map(searchPassage))
+          : m.snippet ? h("div", { class: "small muted wrap-any" }, m.snippet) : null));
     }
     const oldMore = results.querySelector(".more");
     if (oldMore) oldMore.remove();

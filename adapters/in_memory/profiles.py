@@ -1,0 +1,57 @@
+"""In-memory twin of ``SqliteProfileStore`` (same contract: ``tests/contracts/test_profile_store.py``)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from memory_core.domain.clock import utc_now_iso
+from memory_core.domain.evaluation_errors import TuningNotFound
+from memory_core.evaluation.tuning import TuneResult
+from memory_core.retrieval.profile import StoredProfile
+
+
+class InMemoryProfileStore:
+    """``ProfileStore`` over dicts; ``require_project(project_id)`` raises ``ProjectNotFound``
+    (give it a catalog's ``get_project``), as the SQLite store's foreign key does."""
+
+    def __init__(self, require_project: Callable[[str], object], now: Callable[[], str] = utc_now_iso) -> None:
+        self._require = require_project
+        self._now = now
+        self._profiles: dict[str, list[StoredProfile]] = {}
+        self._tunings: dict[str, TuneResult] = {}
+        self._lock = threading.Lock()
+
+    def latest_profile(self, project_id: str) -> StoredProfile | None:
+        with self._lock:
+            history = self._profiles.get(project_id)
+            return history[-1] if history else None
+
+    def profile_history(self, project_id: str) -> list[StoredProfile]:
+        with self._lock:
+            return list(self._profiles.get(project_id, ()))
+
+    def add_profile(self, project_id: str, settings: Mapping[str, Any], source: str) -> StoredProfile:
+        self._require(project_id)
+        with self._lock:
+            history = self._profiles.setdefault(project_id, [])
+            stored = StoredProfile(project_id, len(history) + 1, dict(settings), source, self._now())
+            history.append(stored)
+            return stored
+
+    def put_tuning(self, result: TuneResult) -> None:
+        self._require(result.project_id)
+        with self._lock:
+            self._tunings[result.tune_id] = result
+
+    def get_tuning(self, tune_id: str) -> TuneResult:
+        with self._lock:
+            if tune_id not in self._tunings:
+                raise TuningNotFound(f"no tuning {tune_id!r}", tune_id=tune_id)
+            return self._tunings[tune_id]
+
+    def tunings(self, project_id: str) -> list[TuneResult]:
+        with self._lock:
+            mine = [t for t in self._tunings.values() if t.project_id == project_id]
+        return sorted(mine, key=lambda t: (t.created_at, t.tune_id), reverse=True)

@@ -1,0 +1,133 @@
+"""``memcore project profile show|set|restore`` and ``memcore eval tune`` (issue 18): a project's
+own ranking settings, and the cross-validated tuning that may propose them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from memory_core.domain.errors import InvalidRequest
+from memory_core.entrypoints.cli import render, wire
+from memory_core.entrypoints.cli.eval_commands import _read_json
+from memory_core.entrypoints.cli.main import _emit_json, hint
+from memory_core.evaluation.tuning import DEFAULT_FOLDS, GRID_KEYS, TuneResult
+from memory_core.services.engine import Engine
+from memory_core.services.profiles import ProfileView
+
+
+def add_project_parser(project: Any) -> None:
+    """``project profile ...`` under ``memcore project``."""
+    profile = project.add_parser(
+        "profile", help="a project's own ranking settings: show, set (a file or a tuning), restore"
+    ).add_subparsers(dest="profile_action", required=True, help="what to do with its ranking profile")
+    p = profile.add_parser("show", help="the settings in effect, the revisions Runs record, every version")
+    p.add_argument("name", help="the project's id")
+    p.add_argument("--json", action="store_true")
+    p = profile.add_parser("set", help="use new settings: a JSON file of settings, or a tuning's proposal")
+    p.add_argument("name", help="the project's id")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--file", metavar="F", help='a JSON object such as {"rrf_k": 30, "alpha": 0.5} (- for stdin)')
+    source.add_argument("--from-tune", metavar="ID", help="apply the proposal of `memcore eval tune` ID")
+    p.add_argument("--json", action="store_true")
+    p = profile.add_parser("restore", help="put an earlier version back in use (kept as a new version)")
+    p.add_argument("name", help="the project's id")
+    p.add_argument("--version", type=int, help="the version to restore (0: the defaults; default: the previous)")
+    p.add_argument("--json", action="store_true")
+
+
+def add_tune_parser(ev: Any) -> None:
+    """``eval tune`` under ``memcore eval``."""
+    p = ev.add_parser("tune", help="search the project's fusion settings on its judged cases (cross-validated)")
+    p.add_argument("project", help="the project's id")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                   help=f"values to search for one key (repeatable; others keep the default grid): "
+                        f"{', '.join(GRID_KEYS)}")  # fmt: skip
+    p.add_argument("--folds", type=int, default=DEFAULT_FOLDS, help=f"cross-validation folds (default {DEFAULT_FOLDS})")
+    p.add_argument("--level", choices=("unit", "resource"), default="resource", help="grading level (default resource)")
+    p.add_argument("--include-unreviewed", action="store_true", help="tune on unreviewed cases too")
+    p.add_argument("--json", action="store_true")
+
+
+def _number(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text  # normalisation's values are words
+
+
+def parse_grid(items: list[str]) -> dict[str, list[Any]] | None:
+    """``["alpha=0.2,0.4", "rrf_k=30"]`` as a grid; the core checks keys and values."""
+    grid: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep or not key or not values:
+            raise InvalidRequest(f"--grid wants KEY=V1,V2, got {item!r}")
+        grid[key.strip()] = [_number(v.strip()) for v in values.split(",")]
+    return grid or None
+
+
+def _profile_lines(view: ProfileView) -> list[str]:
+    used = view.in_use
+    where = f"version {used.version} ({used.source}, {used.created_at})" if used else "the engine's defaults"
+    lines = [f"project {view.project_id} ranks with {where}",
+             f"  ranking_profile {view.ranking_profile}", f"  reranker {view.reranker}"]  # fmt: skip
+    lines += [f"  {k} = {v}" for k, v in view.settings.items()]
+    if view.history:
+        lines.append(f"versions (`memcore project profile restore {view.project_id} --version N` puts one back):")
+        lines += [f"  {p.version}: {p.source} at {p.created_at}: {json.dumps(dict(p.settings), sort_keys=True)}"
+                  for p in view.history]  # fmt: skip
+    return lines
+
+
+def project_profile(engine: Engine, args: argparse.Namespace) -> int:
+    if args.profile_action == "set":
+        if args.from_tune:
+            view = engine.set_project_profile(args.name, from_tune=args.from_tune)
+        else:
+            view = engine.set_project_profile(args.name, _read_json(args.file, "profile file", document=True))
+    elif args.profile_action == "restore":
+        view = engine.restore_project_profile(args.name, args.version)
+    else:
+        view = engine.project_profile(args.name)
+    if args.json:
+        _emit_json(wire.to_json(view))
+        return 0
+    render.console().print("\n".join(_profile_lines(view)), markup=False)
+    return 0
+
+
+def _tune_lines(result: TuneResult, home: str | None) -> list[str]:
+    lines = [f"tuning {result.tune_id} of project {result.project_id}: {result.cases} judged cases "
+             f"({result.excluded_cases} without a relevant item left out), {result.grid_size} settings, "
+             f"{result.folds}-fold cross-validation at {result.level} level, {result.seconds:.1f} s"]  # fmt: skip
+    if result.current_metrics is not None and result.cross_validated is not None:
+        now, cv = result.current_metrics, result.cross_validated
+        lines += [
+            f"  current       nDCG@10 {now.ndcg_at_10:.4f}  Recall@20 {now.recall_at_20:.4f}  MRR {now.mrr:.4f}",
+            f"  tuned (held out) nDCG@10 {cv.ndcg_at_10:.4f}  Recall@20 {cv.recall_at_20:.4f}  MRR {cv.mrr:.4f}",
+        ]
+    lines.append(result.verdict)
+    if result.best is not None:
+        lines.append("best setting on all cases: " + ", ".join(f"{k}={v}" for k, v in result.best.items()))
+    lines += [f"left out: {x}" for x in result.left_out]
+    if result.estimated_similarities:
+        lines.append(f"{result.estimated_similarities} cases used an estimated cosine for a candidate outside "
+                     "their recorded window")  # fmt: skip
+    lines.append(f"not searched (they change what is retrieved): {', '.join(result.not_searched)}")
+    if result.proposed:
+        lines.append(hint(f"apply it: memcore project profile set {result.project_id} --from-tune {result.tune_id}",
+                          home))  # fmt: skip
+    return lines
+
+
+def tune(engine: Engine, args: argparse.Namespace) -> int:
+    result = engine.tune_project(args.project, grid=parse_grid(args.grid), folds=args.folds, level=args.level,
+                                 include_unreviewed=args.include_unreviewed)  # fmt: skip
+    if args.json:
+        _emit_json(wire.to_json(result))
+        return 0
+    render.console().print("\n".join(_tune_lines(result, args.home)), markup=False)
+    return 0

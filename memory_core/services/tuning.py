@@ -1,0 +1,65 @@
+"""``memcore eval tune`` (issue 18): tune a project's fusion settings on its own judged cases.
+
+Only reviewed cases take part unless ``include_unreviewed`` (as for replay: seed, only reviewed
+cases may become a quality gate). The result is kept whole, so ``project profile set
+--from-tune`` applies exactly what was measured, and only when the guard proposed it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from memory_core.domain.errors import InvalidRequest
+from memory_core.domain.evaluation_errors import EvaluationSetEmpty
+from memory_core.domain.ids import new_id
+from memory_core.evaluation.metrics import MetricLevel
+from memory_core.evaluation.tuning import (
+    DEFAULT_FOLDS,
+    TuneResult,
+    check_folds,
+    current_setting,
+    grid_settings,
+    tune,
+)
+from memory_core.retrieval.rerankers import ConvexFusionReranker
+from memory_core.services.evaluation import EvaluationService
+from memory_core.services.profiles import ProjectProfiles
+
+
+def tune_project(
+    evaluation: EvaluationService,
+    profiles: ProjectProfiles,
+    project_id: str,
+    *,
+    now: Callable[[], str],
+    grid: Mapping[str, Sequence[Any]] | None = None,
+    folds: int = DEFAULT_FOLDS,
+    level: str = MetricLevel.RESOURCE.value,
+    include_unreviewed: bool = False,
+) -> TuneResult:
+    """Tune ``project_id`` and keep the result (``EvaluationSetEmpty`` when no case may be used)."""
+    levels = {m.value: m for m in MetricLevel}
+    if level not in levels:
+        raise InvalidRequest(f"level must be one of {', '.join(levels)}, got {level!r}", level=level)
+    ranking = profiles.ranking_for(project_id)
+    if not isinstance(ranking.reranker, ConvexFusionReranker):
+        raise InvalidRequest(f"tuning searches the default fusion reranker's settings; this engine reranks with "
+                             f"{ranking.reranker.revision}")  # fmt: skip
+    current = current_setting(ranking.profile.rrf_k, ranking.profile.rerank_depth, ranking.reranker)
+    check_folds(folds)
+    grid_settings(grid or {}, current)  # a bad grid is refused before any case is read
+    cases = evaluation.list_cases(project_id)
+    if not cases:
+        raise EvaluationSetEmpty(f"project {project_id!r} has no Evaluation Cases to tune on", project=project_id)
+    usable = cases if include_unreviewed else [c for c in cases if c.reviewed]
+    if not usable:
+        raise EvaluationSetEmpty(
+            f"none of project {project_id!r}'s {len(cases)} cases is reviewed: review them "
+            "(`memcore eval review`) or tune with --include-unreviewed",
+            project=project_id,
+        )
+    result = tune(evaluation.case_inputs(usable), current, tune_id=new_id(), project_id=project_id,
+                  created_at=now(), grid=grid, folds=folds, level=levels[level])  # fmt: skip
+    if profiles.store is not None:
+        profiles.store.put_tuning(result)
+    return result

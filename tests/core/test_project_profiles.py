@@ -1,0 +1,163 @@
+"""Per-project ranking profiles and tuning through the engine over in-memory adapters (issue 18):
+a project's own settings change how it ranks and every Run records them; bad settings are
+refused whole; versions restore; tuning needs usable cases and applies only a proposal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+
+from memory_core.domain.errors import InvalidRequest, ProjectNotFound
+from memory_core.domain.evaluation_errors import EvaluationSetEmpty, TuningNotFound
+from memory_core.domain.model import Layer, Source
+from memory_core.services.beir_import import EngineWorkspace
+from tests.core.test_engine import ORG, PROJ, SpyRecorder, make_engine
+
+QUERIES = ("how do I roll back a deploy?", "code review approvals", "advisory locks", "where is the coffee",
+           "printer broken", "ledger owner approvals", "helm upgrade", "postgres locks")  # fmt: skip
+
+
+def engine_with_other(recorder: SpyRecorder | None = None) -> Any:
+    engine = make_engine(recorder)
+    engine.add_project("other", [Source(ORG, Layer.ORGANIZATION), Source(PROJ, Layer.PROJECT)])
+    engine.index("demo")
+    engine.index("other")
+    return engine
+
+
+def test_a_project_profile_changes_how_it_ranks_and_every_run_records_it() -> None:
+    recorder = SpyRecorder()
+    engine = engine_with_other(recorder)
+    view = engine.set_project_profile("demo", {"name": "one", "max_fragments": 1, "alpha": 0.5})
+    assert view.in_use is not None and view.in_use.version == 1 and view.in_use.source == "file"
+    assert view.settings["max_fragments"] == 1 and view.settings["alpha"] == 0.5 and view.settings["rrf_k"] == 60
+    mine = engine.activate("demo", QUERIES[0]).response
+    theirs = engine.activate("other", QUERIES[0]).response
+    assert len(mine.fragments) == 1 < len(theirs.fragments)
+    assert mine.revisions["ranking_profile"] == view.ranking_profile and view.ranking_profile.startswith("one@")
+    assert mine.revisions["reranker_model"] == view.reranker and "alpha=0.5" in view.reranker
+    assert theirs.revisions["ranking_profile"].startswith("default@")
+    assert "alpha=0.35" in theirs.revisions["reranker_model"]
+    recorded = {trace.revisions["ranking_profile"] for _, trace in recorder.completed}
+    assert recorded == {view.ranking_profile, theirs.revisions["ranking_profile"]}
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"weights": 1}, "unknown profile setting"),
+        ({"bm25_k1": 1.2}, "unknown profile setting"),
+        ({"rrf_k": "30"}, "rrf_k must be an integer"),
+        ({"rrf_k": True}, "rrf_k must be an integer"),
+        ({"alpha": 2}, "alpha must be within"),
+        ({"rerank_depth": -1}, "rerank_depth must be within"),
+        ({"lexical_depth": 100_000}, "lexical_depth must be within"),
+        ({"normalisation": "zscore"}, "normalisation must be one of"),
+        ({"min_final_score": float("nan")}, "finite"),
+        ({"name": "a@b"}, "name must be"),
+        (["rrf_k"], "JSON object"),
+    ],
+)
+def test_bad_settings_are_refused_and_nothing_is_stored(settings: Any, message: str) -> None:
+    engine = engine_with_other()
+    with pytest.raises(InvalidRequest, match=message):
+        engine.set_project_profile("demo", settings)
+    assert engine.project_profile("demo").history == ()
+
+
+def test_settings_and_a_tuning_id_are_one_or_the_other_and_the_project_must_exist() -> None:
+    engine = engine_with_other()
+    with pytest.raises(InvalidRequest, match="either"):
+        engine.set_project_profile("demo", {"rrf_k": 30}, from_tune="T")
+    with pytest.raises(InvalidRequest, match="either"):
+        engine.set_project_profile("demo")
+    with pytest.raises(ProjectNotFound):
+        engine.set_project_profile("nope", {"rrf_k": 30})
+    with pytest.raises(TuningNotFound):
+        engine.set_project_profile("demo", from_tune="T")
+
+
+def test_restore_puts_back_the_previous_version_or_the_defaults_and_keeps_every_version() -> None:
+    engine = engine_with_other()
+    with pytest.raises(InvalidRequest, match="no profile of its own"):
+        engine.restore_project_profile("demo")
+    engine.set_project_profile("demo", {"name": "a", "rrf_k": 30})
+    b = engine.set_project_profile("demo", {"name": "b", "rrf_k": 10})
+    back = engine.restore_project_profile("demo")
+    assert back.settings["rrf_k"] == 30 and back.in_use is not None and back.in_use.source == "restore:1"
+    assert engine.restore_project_profile("demo", 2).ranking_profile == b.ranking_profile
+    defaults = engine.restore_project_profile("demo", 0)
+    assert defaults.ranking_profile.startswith("default@") and defaults.settings["rrf_k"] == 60
+    assert [p.version for p in defaults.history] == [1, 2, 3, 4, 5]
+    with pytest.raises(InvalidRequest, match="no profile version 9"):
+        engine.restore_project_profile("demo", 9)
+
+
+def judged_cases(engine: Any, *, reviewed: bool) -> list[str]:
+    service = engine.evaluations()
+    case_ids = []
+    for query in QUERIES:
+        response = engine.activate("demo", query).response
+        case = service.create_case(response.run_id)
+        judgment = {"relevance": 2, "resource_id": response.fragments[-1].resource_id}
+        service.replace_judgments(case.case_id, case.judgment_version, [judgment])
+        if reviewed:
+            service.mark_reviewed(case.case_id, service.get_case(case.case_id).judgment_version)
+        case_ids.append(case.case_id)
+    return case_ids
+
+
+def test_tuning_needs_cases_and_by_default_reviewed_ones() -> None:
+    engine = engine_with_other()
+    with pytest.raises(EvaluationSetEmpty, match="no Evaluation Cases"):
+        engine.tune_project("demo")
+    judged_cases(engine, reviewed=False)
+    with pytest.raises(EvaluationSetEmpty, match="--include-unreviewed"):
+        engine.tune_project("demo")
+    with pytest.raises(InvalidRequest, match="level must be one of"):
+        engine.tune_project("demo", include_unreviewed=True, level="document")
+
+
+def test_a_tuning_is_kept_and_only_a_proposal_is_applied() -> None:
+    engine = engine_with_other()
+    judged_cases(engine, reviewed=True)
+    only_current = {"alpha": [0.35], "rrf_k": [60], "rerank_depth": [50], "normalisation": ["max"],
+                    "cosine_floor": [0.0]}  # fmt: skip
+    result = engine.tune_project("demo", grid=only_current, folds=2)
+    assert result.cases == len(QUERIES) and result.grid_size == 1 and not result.proposed
+    assert result.verdict.startswith("the current setting is already the best")
+    assert engine.tunings("demo") == [result]
+    with pytest.raises(InvalidRequest, match="proposed nothing"):
+        engine.set_project_profile("demo", from_tune=result.tune_id)
+    assert engine.project_profile("demo").history == ()
+
+    engine.set_project_profile("demo", {"name": "mine", "max_fragments": 3})
+    proposal = {**result.current, "alpha": 0.6, "rrf_k": 30}
+    proposed = attrs.evolve(result, tune_id="01TUNEDPROPOSAL0000000000X", proposed=True, proposal=proposal)
+    engine.profile_store.put_tuning(proposed)
+    view = engine.set_project_profile("demo", from_tune=proposed.tune_id)
+    assert view.in_use is not None and view.in_use.source == f"tune:{proposed.tune_id}"
+    assert view.settings["alpha"] == 0.6 and view.settings["rrf_k"] == 30 and view.settings["max_fragments"] == 3
+    assert view.settings["name"] == "tuned-0000000x"
+    with pytest.raises(InvalidRequest, match="measured on project 'demo'"):
+        engine.set_project_profile("other", from_tune=proposed.tune_id)
+
+
+def test_replay_ranks_a_frozen_corpus_as_its_cases_project_does() -> None:
+    recorder = SpyRecorder()
+    engine = engine_with_other(recorder)
+    engine.set_project_profile("demo", {"name": "gate", "rerank_depth": 0})
+
+    def write_source(project_id: str, files: Any) -> Source:
+        for rel, data in files.items():
+            engine.indexer.scanner.write(f"/ws/{project_id}", rel, data)
+        return Source(f"/ws/{project_id}")
+
+    workspace = EngineWorkspace(engine, write_source)
+    workspace.prepare("ws", {"a.md": b"# Deploy\n\nRoll back with helm rollback.\n"})
+    workspace.rank("ws", QUERIES[0])
+    workspace.rank("ws", QUERIES[0], ranked_as="demo")
+    first, second = (trace.revisions["ranking_profile"] for _, trace in recorder.completed[-2:])
+    assert first.startswith("default@") and second.startswith("gate@")

@@ -1,0 +1,73 @@
+"""Project profiles and tuning through the real daemon on its socket, and the CLI against it
+(``ClientEngine``): set, show, restore, refusals with stable codes, and a Run recording the
+project's own profile."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from memory_core.domain.errors import InvalidRequest
+from memory_core.domain.evaluation_errors import EvaluationSetEmpty, TuningNotFound
+from memory_core.domain.model import Source
+from tests.daemon.test_server import ROOT, Daemon, memory_folder
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    base = tmp_path_factory.mktemp("profiles")
+    running = Daemon(base / "home", base / "daemon.log", "--no-watch")
+    running.client.add_project("notes", [Source(str(memory_folder(base / "memory")))])
+    running.client.index_project("notes")
+    yield running
+    assert running.stop() == 0
+
+
+def memcore(daemon: Daemon, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "memory_core", "--home", str(daemon.home), *args], input=stdin,
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)  # fmt: skip
+
+
+def test_a_profile_set_on_the_daemon_is_what_its_runs_record(daemon: Daemon) -> None:
+    view = daemon.client.set_project_profile("notes", {"name": "two", "max_fragments": 2, "rrf_k": 30})
+    assert view.in_use is not None and view.settings["rrf_k"] == 30 and view.ranking_profile.startswith("two@")
+    response = daemon.client.activate_memory("notes", "how do I roll back a deploy?")
+    assert len(response.fragments) <= 2 and response.revisions["ranking_profile"] == view.ranking_profile
+    run = daemon.client.get_retrieval_run(response.run_id)
+    assert run.revisions["ranking_profile"] == view.ranking_profile
+    restored = daemon.client.restore_project_profile("notes", 0)
+    assert restored.ranking_profile.startswith("default@")
+
+
+def test_refusals_carry_their_codes_and_store_nothing(daemon: Daemon) -> None:
+    before = len(daemon.client.show_project_profile("notes").history)
+    with pytest.raises(InvalidRequest, match="unknown profile setting"):
+        daemon.client.set_project_profile("notes", {"weights": [1, 2]})
+    with pytest.raises(TuningNotFound):
+        daemon.client.set_project_profile("notes", None, "01NOSUCHTUNING000000000000")
+    with pytest.raises(EvaluationSetEmpty):
+        daemon.client.tune_project("notes")
+    with pytest.raises(InvalidRequest):
+        daemon.client.tune_project("notes", folds=1)
+    assert len(daemon.client.show_project_profile("notes").history) == before
+    assert daemon.client.list_tunings("notes") == []
+
+
+def test_the_cli_sets_shows_and_restores_through_the_daemon(daemon: Daemon) -> None:
+    set_ = memcore(daemon, "project", "profile", "set", "notes", "--file", "-", "--json", stdin='{"alpha": 0.5}')
+    assert set_.returncode == 0, set_.stderr
+    assert json.loads(set_.stdout)["settings"]["alpha"] == 0.5
+    shown = memcore(daemon, "project", "profile", "show", "notes")
+    assert shown.returncode == 0 and "alpha = 0.5" in shown.stdout and "reranker convex-fusion" in shown.stdout
+    bad = memcore(daemon, "project", "profile", "set", "notes", "--file", "-", stdin='{"alpha": 7}')
+    assert bad.returncode != 0 and "alpha must be within [0, 1], got 7" in bad.stderr
+    grid = memcore(daemon, "eval", "tune", "notes", "--grid", "alpha")
+    assert grid.returncode != 0 and "--grid wants KEY=V1,V2" in grid.stderr
+    none = memcore(daemon, "eval", "tune", "notes")
+    assert none.returncode != 0 and "has no Evaluation Cases" in none.stderr
+    back = memcore(daemon, "project", "profile", "restore", "notes", "--json")
+    assert back.returncode == 0 and json.loads(back.stdout)["in_use"]["source"].startswith("restore:")
