@@ -37,16 +37,8 @@ import attrs
 
 from benchmarks.common import CRANFIELD, write_result
 from memory_core.domain.model import Source, Unit, unit_hash_of, unit_id_for
-from memory_core.evaluation.metrics import (
-    Judgments,
-    MetricLevel,
-    RankedItem,
-    grade,
-    ndcg_at,
-    paired_bootstrap,
-    paired_randomization_p,
-    percentile_nearest_rank,
-)
+from memory_core.evaluation.metrics import Judgments, MetricLevel, RankedItem, grade, ndcg_at
+from memory_core.evaluation.statistics import paired_bootstrap, paired_randomization_p, percentile_nearest_rank
 from memory_core.retrieval.pipeline import Candidate
 from memory_core.retrieval.profile import RankingProfile
 from memory_core.retrieval.rerankers import NORMALISATIONS, ConvexFusionReranker

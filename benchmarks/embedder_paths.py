@@ -57,7 +57,7 @@ def _collection(root: Path) -> tuple[dict[str, str], dict[str, str], dict[str, d
 
 def _quality(embedders: dict[str, Any], root: Path, quick: bool) -> dict[str, Any]:
     from benchmarks.cranfield_quality import TrecEval
-    from memory_core.evaluation.metrics import paired_bootstrap
+    from memory_core.evaluation.statistics import paired_bootstrap
 
     docs, queries, qrels = _collection(root)
     if quick:  # 30 queries over a pool: their judged documents and 100 others (seeded), capped at 400

@@ -138,7 +138,7 @@ def measure_collection(root: Path, quick: bool) -> dict[str, Any]:
     from benchmarks.api_overhead import start_daemon, stop_daemon
     from benchmarks.cranfield_quality import Cranfield, TrecEval, document_ranking, means, ordered
     from benchmarks.recording_overhead import index_folder, loadavg
-    from memory_core.evaluation.metrics import paired_bootstrap, paired_randomization_p
+    from memory_core.evaluation.statistics import paired_bootstrap, paired_randomization_p
     from memory_core.retrieval.profile import MAX_QUERY_CHARS
     from memory_core.runs.records import NullRecorder
 

@@ -39,7 +39,6 @@ from typing import Any
 import attrs
 
 from memory_core.evaluation.metrics import (
-    DEFAULT_BOOTSTRAP_RESAMPLES,
     Judgments,
     MetricLevel,
     RankedItem,
@@ -48,17 +47,20 @@ from memory_core.evaluation.metrics import (
     grade,
     mrr,
     ndcg_at,
-    paired_bootstrap,
-    paired_randomization_p,
-    percentile_nearest_rank,
     recall_at,
     relevant_per_1k_tokens,
     resource_diversity_at,
     resource_ranking,
     scope_violation_at,
     stale_result_at,
-    summarize,
     wasted_tokens,
+)
+from memory_core.evaluation.statistics import (
+    DEFAULT_BOOTSTRAP_RESAMPLES,
+    paired_bootstrap,
+    paired_randomization_p,
+    percentile_nearest_rank,
+    summarize,
 )
 from memory_core.runs.records import CandidateRecord
 

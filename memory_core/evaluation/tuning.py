@@ -31,19 +31,9 @@ from typing import Any
 import attrs
 
 from memory_core.domain.errors import InvalidRequest
-from memory_core.evaluation.metrics import (
-    DEFAULT_BOOTSTRAP_RESAMPLES,
-    Judgments,
-    MetricLevel,
-    RankedItem,
-    grade,
-    mrr,
-    ndcg_at,
-    paired_bootstrap,
-    paired_randomization_p,
-    recall_at,
-)
+from memory_core.evaluation.metrics import Judgments, MetricLevel, RankedItem, grade, mrr, ndcg_at, recall_at
 from memory_core.evaluation.report import MIN_CASES_FOR_INTERVAL, CaseInput
+from memory_core.evaluation.statistics import DEFAULT_BOOTSTRAP_RESAMPLES, paired_bootstrap, paired_randomization_p
 from memory_core.retrieval.pipeline import rrf_order, rrf_score
 from memory_core.retrieval.rerankers import MAX, MINMAX, ConvexFusionReranker
 

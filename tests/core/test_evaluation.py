@@ -46,13 +46,7 @@ from memory_core.evaluation.cases import (
     JudgmentSet,
     SourceTrace,
 )
-from memory_core.evaluation.metrics import (
-    MetricLevel,
-    RankedItem,
-    paired_bootstrap,
-    paired_randomization_p,
-    resource_ranking,
-)
+from memory_core.evaluation.metrics import MetricLevel, RankedItem, resource_ranking
 from memory_core.evaluation.report import (
     CUT_AT_SELECTION,
     DEMOTED_BY_RERANKER,
@@ -61,6 +55,7 @@ from memory_core.evaluation.report import (
     VARIANTS,
     variant_ranking,
 )
+from memory_core.evaluation.statistics import paired_bootstrap, paired_randomization_p
 from memory_core.runs.records import FAILED, CandidateRecord
 from memory_core.services import fixtures
 from memory_core.services.beir_import import EngineWorkspace, import_beir

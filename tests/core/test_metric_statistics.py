@@ -10,7 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memory_core.domain.errors import InvalidRequest
-from memory_core.evaluation.metrics import paired_bootstrap, paired_randomization_p, percentile_nearest_rank, summarize
+from memory_core.evaluation.statistics import (
+    paired_bootstrap,
+    paired_randomization_p,
+    percentile_nearest_rank,
+    summarize,
+)
 
 # --- percentiles and means ---------------------------------------------------------------------
 

@@ -32,8 +32,8 @@ from memory_core.evaluation.metrics import (
     scope_status,
     scope_violation_at,
     stale_result_at,
-    summarize,
 )
+from memory_core.evaluation.statistics import summarize
 
 TREC_MEASURES = {"recall_20", "ndcg_cut_10", "recip_rank"}
 PARITY = settings(max_examples=350, deadline=None, suppress_health_check=[HealthCheck.too_slow])
