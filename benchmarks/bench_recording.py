@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, percentile, write_result
+from benchmarks.common import RESULTS, measured, percentile, write_result
 from memory_core.adapters.sqlite import SqliteCatalog, open_database
 from memory_core.adapters.sqlite.runs import SqliteRunStore
 from memory_core.domain.model import EffectiveMemory, Layer, ManifestEntry, Unit, unit_hash_of
@@ -157,13 +157,12 @@ def run(quick: bool = False, repeats: int | None = None) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> str:
-    m = result["machine"]
     lines = [
         "## Recording cost against corpus size",
         "",
-        f"Start + complete of one Run with {result['candidates']} candidates, median of {result['repeats']} "
-        f"(interleaved), on {m['platform']} ({m['cpus']} CPUs), {m['date']}. The manifest is recorded once at "
-        "index time and shared by hash; the one-off copy is the fallback when it was not.",
+        f"{measured(result)}: start + complete of one Run with {result['candidates']} candidates, median of "
+        f"{result['repeats']} (interleaved). The manifest is recorded once at index time and shared by hash; the "
+        "one-off copy is the fallback when it was not.",
         "",
         "| resources | median ms | p95 ms | record manifest once (ms) | first-Run copy fallback (ms) |",
         "|---:|---:|---:|---:|---:|",

@@ -10,7 +10,7 @@ import attrs
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import EvaluationCaseExists, EvaluationCaseNotFound, EvaluationCorpusNotFound
 from memory_core.evaluation.cases import Case, CaseRecord, Corpus, Judgment, JudgmentSet, SourceTrace
-from memory_core.services.evaluation import judgment_conflict
+from memory_core.services.evaluation import check_judgment_version
 
 
 class InMemoryEvaluationStore:
@@ -105,9 +105,7 @@ class InMemoryEvaluationStore:
         self, case_id: str, expected_version: int, judgments: Sequence[Judgment], created_at: str
     ) -> JudgmentSet:
         with self._lock:
-            case = self.get_case(case_id)
-            if case.judgment_version != expected_version:
-                raise judgment_conflict(case_id, expected_version, case.judgment_version)
+            case = check_judgment_version(self.get_case(case_id), expected_version)
             fresh = JudgmentSet(case_id, expected_version + 1, tuple(judgments), created_at)
             self._sets[case_id][fresh.version] = fresh
             self._cases[case_id] = attrs.evolve(case, judgment_version=fresh.version)
@@ -115,9 +113,7 @@ class InMemoryEvaluationStore:
 
     def set_reviewed(self, case_id: str, expected_version: int, reviewed: bool) -> Case:
         with self._lock:
-            case = self.get_case(case_id)
-            if case.judgment_version != expected_version:
-                raise judgment_conflict(case_id, expected_version, case.judgment_version)
+            case = check_judgment_version(self.get_case(case_id), expected_version)
             updated = attrs.evolve(case, reviewed_version=expected_version if reviewed else None)
             self._cases[case_id] = updated
             return updated

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import apsw
+import attrs
 
 from memory_core.adapters.sqlite.database import fetch, read_snapshot, storage_errors, write_transaction
 from memory_core.adapters.storage_format import CONVERTER as STORED
@@ -24,31 +25,16 @@ from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import EvaluationCaseExists, EvaluationCaseNotFound, EvaluationCorpusNotFound
 from memory_core.domain.model import Layer, ManifestEntry
 from memory_core.evaluation.cases import Case, CaseRecord, Corpus, Judgment, JudgmentSet, SourceTrace
-from memory_core.services.evaluation import judgment_conflict
+from memory_core.services.evaluation import check_judgment_version
 
-_CASE_COLUMNS = (
-    "case_id, project_id, query, corpus_id, source_run_id, provenance, original_provenance, "
-    "judgment_version, reviewed_version, created_at, trace_hash"
-)
+# evaluation_cases names its columns after Case's fields (and adds trace_json): a row read in
+# this order is a Case's values, and a Case's values are the row to write.
+_CASE_COLUMNS = ", ".join(f.name for f in attrs.fields(Case))
 _RESOURCE_COLUMNS = "ordinal, resource_id, layer, uri, resource_hash, byte_size, media_type"
 
 
 def _case_from_row(row: Sequence[Any]) -> Case:
-    (case_id, project_id, query, corpus_id, run_id, provenance, original, version, reviewed, created_at,
-     trace_hash) = row  # fmt: skip
-    return Case(
-        case_id=case_id,
-        project_id=project_id,
-        query=query,
-        corpus_id=corpus_id,
-        source_run_id=run_id,
-        provenance=provenance,
-        original_provenance=original,
-        judgment_version=int(version),
-        reviewed_version=None if reviewed is None else int(reviewed),
-        created_at=created_at,
-        trace_hash=trace_hash,
-    )
+    return Case(*row)
 
 
 class SqliteEvaluationStore:
@@ -121,14 +107,10 @@ class SqliteEvaluationStore:
             raise EvaluationCaseExists(f"evaluation case {c.case_id!r} exists already", case_id=c.case_id)
         if not fetch(conn, "SELECT 1 FROM evaluation_corpora WHERE corpus_id = ?", (c.corpus_id,)):
             raise EvaluationCorpusNotFound(f"no evaluation corpus {c.corpus_id!r}", corpus_id=c.corpus_id)
+        row = (*attrs.astuple(c, recurse=False), canonical_json(STORED.unstructure(record.trace)).decode("utf-8"))
         conn.execute(
-            f"INSERT INTO evaluation_cases({_CASE_COLUMNS}, trace_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                c.case_id, c.project_id, c.query, c.corpus_id, c.source_run_id, c.provenance, c.original_provenance,
-                c.judgment_version, c.reviewed_version, c.created_at, c.trace_hash,
-                canonical_json(STORED.unstructure(record.trace)).decode("utf-8"),
-            ),
-        )  # fmt: skip
+            f"INSERT INTO evaluation_cases({_CASE_COLUMNS}, trace_json) VALUES ({', '.join('?' * len(row))})", row
+        )
         for s in record.judgment_sets:
             self._insert_set(conn, c.case_id, s)
 
@@ -231,9 +213,7 @@ class SqliteEvaluationStore:
     ) -> JudgmentSet:
         fresh = JudgmentSet(case_id, expected_version + 1, tuple(judgments), created_at)
         with self._lock, storage_errors("cannot store judgments"), write_transaction(self._conn) as conn:
-            case = self._case(conn, case_id)
-            if case.judgment_version != expected_version:
-                raise judgment_conflict(case_id, expected_version, case.judgment_version)
+            check_judgment_version(self._case(conn, case_id), expected_version)
             conn.execute(
                 "UPDATE evaluation_cases SET judgment_version = ? WHERE case_id = ? AND judgment_version = ?",
                 (fresh.version, case_id, expected_version),
@@ -245,9 +225,7 @@ class SqliteEvaluationStore:
 
     def set_reviewed(self, case_id: str, expected_version: int, reviewed: bool) -> Case:
         with self._lock, storage_errors("cannot store review"), write_transaction(self._conn) as conn:
-            case = self._case(conn, case_id)
-            if case.judgment_version != expected_version:
-                raise judgment_conflict(case_id, expected_version, case.judgment_version)
+            check_judgment_version(self._case(conn, case_id), expected_version)
             conn.execute(
                 "UPDATE evaluation_cases SET reviewed_version = ? WHERE case_id = ?",
                 (expected_version if reviewed else None, case_id),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -34,18 +35,20 @@ def add_parser(sub: Any) -> None:
     p = case.add_parser("list", help="list Evaluation Cases")
     p.add_argument("--project", help="only this project's cases")
     p.add_argument("--json", action="store_true")
-    p = case.add_parser("show", help="one case: query, corpus, trace and current judgments")
-    p.add_argument("case_id", help="the case's id (eval case list shows them)")
-    p.add_argument("--json", action="store_true")
-    p = ev.add_parser("judge", help='replace a case\'s judgments (a file {"judgments": [...]}, - for stdin)')
-    p.add_argument("case_id", help="the case's id")
+    _one_case(case, "show", "one case: query, corpus, trace and current judgments")
+    p = _one_case(
+        ev,
+        "judge",
+        'replace a case\'s judgments (a file {"judgments": [...]}, - for stdin)',
+        expected_version="the version you edited (0 = none)",
+    )
     p.add_argument("--file", required=True, help='the judgments: a JSON file {"judgments": [...]}, - for stdin')
-    p.add_argument("--expected-version", type=int, required=True, help="the version you edited (0 = none)")
-    p.add_argument("--json", action="store_true")
-    p = ev.add_parser("review", help="mark a case's current judgments as reviewed by a person")
-    p.add_argument("case_id", help="the case's id")
-    p.add_argument("--expected-version", type=int, required=True, help="the judgment version you reviewed")
-    p.add_argument("--json", action="store_true")
+    _one_case(
+        ev,
+        "review",
+        "mark a case's current judgments as reviewed by a person",
+        expected_version="the judgment version you reviewed",
+    )
     p = _case_filter(ev.add_parser("report", help="B1-B4 benchmark report"))
     p.add_argument("--json", action="store_true")
     p = _case_filter(ev.add_parser("export", help="write the set as one self-contained JSON fixture"))
@@ -73,11 +76,31 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true")
 
 
+def _one_case(sub: Any, name: str, help: str, *, expected_version: str | None = None) -> Any:
+    """A command on one case: the case's id, --json and, for a command that edits the case,
+    --expected-version (the version it edits; ``expected_version`` is that option's help)."""
+    p = sub.add_parser(name, help=help)
+    p.add_argument("case_id", help="the case's id (eval case list shows them)")
+    if expected_version is not None:
+        p.add_argument("--expected-version", type=int, required=True, help=expected_version)
+    p.add_argument("--json", action="store_true")
+    return p
+
+
 def _case_filter(p: Any) -> Any:
     """The cases a report or an export takes: a project's, chosen ones, or (neither) all."""
     p.add_argument("--project", help="only this project's cases")
     p.add_argument("--case", action="append", dest="cases", help="only this case (repeatable)")
     return p
+
+
+def _answer(out: Any, as_json: bool, value: Any, lines: Callable[[Any], Iterable[Any]]) -> None:
+    """``value`` as JSON (--json), else printed item by item as ``lines`` lays it out."""
+    if as_json:
+        _emit_json(to_json(value))
+    else:
+        for item in lines(value):
+            out.print(item)
 
 
 def _read(path: str) -> bytes:
@@ -228,12 +251,7 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
         case = service.mark_reviewed(args.case_id, args.expected_version)
         _emit_json(to_json(case)) if args.json else out.print(f"case {case.case_id} reviewed")
     elif action == "report":
-        report = engine.evaluation_report(args.project, args.cases)
-        if args.json:
-            _emit_json(to_json(report))
-        else:
-            for item in report_tables(report):
-                out.print(item)
+        _answer(out, args.json, engine.evaluation_report(args.project, args.cases), report_tables)
     elif action == "export":
         data = engine.export_evaluation_set(
             project_id=args.project, case_ids=args.cases, with_history=args.with_history, with_uris=args.with_uris
@@ -245,11 +263,7 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
             out.print(f"wrote {args.out} ({len(data):,} bytes)")
     elif action == "import":
         result = engine.import_evaluation_set(_read_json(args.file, "fixture", document=True))
-        if args.json:
-            _emit_json(to_json(result))
-        else:
-            for line in import_summary(result):
-                out.print(line)
+        _answer(out, args.json, result, import_summary)
     elif action == "import-beir":
         from memory_core.services.beir_import import import_beir
 
@@ -278,10 +292,6 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
             include_unreviewed=args.include_unreviewed,
             baseline=baseline,
         )
-        if args.json:
-            _emit_json(to_json(replayed))
-        else:
-            for item in replay_summary(replayed):
-                out.print(item)
+        _answer(out, args.json, replayed, replay_summary)
         return 0 if replayed.passed else 1
     return 0

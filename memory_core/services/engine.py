@@ -303,23 +303,15 @@ class Engine:
         """The metrics report over the project's (or the named) cases; raises ``StorageUnavailable``."""
         return self.evaluations().report(project_id, case_ids)
 
-    def export_evaluation_document(
-        self,
-        *,
-        project_id: str | None = None,
-        case_ids: Sequence[str] | None = None,
-        with_history: bool = False,
-        with_uris: bool = False,
-    ) -> Mapping[str, Any]:
+    def export_evaluation_document(self, **scope: Unpack[ExportScope]) -> Mapping[str, Any]:
         """The self-contained fixture of a project's (or the named) cases, as a document. A
         project with no case exports an empty set; a project that neither exists nor has cases
         (a removed project's cases still export) is ``project_not_found``, for every transport."""
         service = self.evaluations()
-        if project_id is not None and not service.list_cases(project_id, case_ids):
+        project_id = scope.get("project_id")
+        if project_id is not None and not service.list_cases(project_id, scope.get("case_ids")):
             self.catalog.get_project(project_id)
-        return export_document(
-            service, project_id=project_id, case_ids=case_ids, with_history=with_history, with_uris=with_uris
-        )
+        return export_document(service, **scope)
 
     def export_evaluation_set(self, **scope: Unpack[ExportScope]) -> bytes:
         """The fixture file ``memcore eval export`` writes (canonical JSON) of

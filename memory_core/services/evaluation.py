@@ -207,9 +207,7 @@ class EvaluationService:
         current version; any invalid judgment rejects the whole request.
         """
         expected = _check_version(expected_judgment_version)
-        case = self.store.get_case(case_id)
-        if case.judgment_version != expected:
-            raise judgment_conflict(case_id, expected, case.judgment_version)
+        case = check_judgment_version(self.store.get_case(case_id), expected)
         parsed = parse_judgments(judgments)
         trace = self.store.get_trace(case_id)
         corpus = self.store.get_corpus(case.corpus_id)
@@ -280,11 +278,15 @@ class EvaluationService:
         )
 
 
-def judgment_conflict(case_id: str, expected: int, current: int) -> EvaluationJudgmentConflict:
-    """The stale-version error (the service's early check and the stores' compare-and-set)."""
-    return EvaluationJudgmentConflict(
-        f"judgments of case {case_id!r} are at version {current}, not {expected}: reload and retry",
-        case_id=case_id,
-        expected_version=expected,
-        current_version=current,
-    )
+def check_judgment_version(case: Case, expected: int) -> Case:
+    """``case``, if its judgments are at version ``expected``; else the stale-version error (the
+    service's early check and the stores' compare-and-set)."""
+    current = case.judgment_version
+    if current != expected:
+        raise EvaluationJudgmentConflict(
+            f"judgments of case {case.case_id!r} are at version {current}, not {expected}: reload and retry",
+            case_id=case.case_id,
+            expected_version=expected,
+            current_version=current,
+        )
+    return case

@@ -24,6 +24,11 @@ from memory_core.services.corpus_search import MAX_CORPUS_PAGE, MAX_SEARCH_CHARS
 MAX_WAIT_FOR_INDEX_MS = 60_000  # activate_memory's wait for a pending re-index, at most
 
 
+def _described(text: str, default: Any = attrs.NOTHING) -> Any:
+    """A field whose schema is only its description (as ``services.freshness`` writes its fields)."""
+    return attrs.field(default=default, metadata={"schema": {"description": text}})
+
+
 @attrs.frozen
 class RuntimeStatusRequest:
     """No inputs."""
@@ -52,10 +57,7 @@ class ShowProjectRequest:
 @attrs.frozen
 class RemoveProjectRequest:
     project_id: str
-    purge: bool = attrs.field(
-        default=False,
-        metadata={"schema": {"description": "also delete the project's Evaluation Cases and their pinned Runs"}},
-    )
+    purge: bool = _described("also delete the project's Evaluation Cases and their pinned Runs", False)
 
 
 @attrs.frozen
@@ -83,7 +85,7 @@ class ClearProjectStorageRequest:
 @attrs.frozen
 class IndexProjectRequest:
     project_id: str
-    force: bool = attrs.field(default=False, metadata={"schema": {"description": "rebuild even when unchanged"}})
+    force: bool = _described("rebuild even when unchanged", False)
 
 
 @attrs.frozen
@@ -97,9 +99,8 @@ class ActivateMemoryRequest:
         default=None,
         metadata={"schema": {"minimum": MIN_BUDGET, "maximum": MAX_BUDGET, "description": "token budget"}},
     )
-    activation_state: ActivationState | None = attrs.field(
-        default=None,
-        metadata={"schema": {"description": "what the agent already holds: the previous answer's activation_state"}},
+    activation_state: ActivationState | None = _described(
+        "what the agent already holds: the previous answer's activation_state", None
     )
     wait_for_index_ms: int = attrs.field(
         default=0,
@@ -120,40 +121,25 @@ class ListRetrievalRunsRequest:
 
     project_id: str | None = None
     status: str | None = attrs.field(default=None, metadata={"schema": {"enum": [*RUN_STATUSES, None]}})
-    since: str | None = attrs.field(
-        default=None, metadata={"schema": {"description": f"started at or after this time (inclusive); {_TIME}"}}
-    )
-    until: str | None = attrs.field(
-        default=None, metadata={"schema": {"description": f"started before this time (exclusive); {_TIME}"}}
-    )
-    query: str | None = attrs.field(
-        default=None, metadata={"schema": {"description": "only Runs whose query contains this text"}}
-    )
+    since: str | None = _described(f"started at or after this time (inclusive); {_TIME}", None)
+    until: str | None = _described(f"started before this time (exclusive); {_TIME}", None)
+    query: str | None = _described("only Runs whose query contains this text", None)
     limit: int = attrs.field(default=50, metadata={"schema": {"minimum": 1, "maximum": MAX_PAGE}})
-    cursor: str | None = attrs.field(
-        default=None, metadata={"schema": {"description": "next_cursor of the previous page"}}
-    )
+    cursor: str | None = _described("next_cursor of the previous page", None)
 
 
 @attrs.frozen
 class GetRetrievalRunRequest:
     run_id: str
-    manifest: bool = attrs.field(
-        default=False,
-        metadata={"schema": {"description": "also return the Effective Memory manifest the Run saw at activation"}},
-    )
+    manifest: bool = _described("also return the Effective Memory manifest the Run saw at activation", False)
 
 
 @attrs.frozen
 class ClearRetrievalRunsRequest:
     """Clear History: exactly one of ``project_id`` or ``all: true``."""
 
-    project_id: str | None = attrs.field(
-        default=None, metadata={"schema": {"description": "clear this project's unpinned Runs"}}
-    )
-    all: bool = attrs.field(
-        default=False, metadata={"schema": {"description": "clear every project's unpinned Runs"}}
-    )
+    project_id: str | None = _described("clear this project's unpinned Runs", None)
+    all: bool = _described("clear every project's unpinned Runs", False)
 
 
 # -- Evaluation Sets: requests ----------------------------------------------------------------
@@ -172,9 +158,7 @@ class ListEvaluationCasesRequest:
     """Every case, a project's, or the chosen ones (unknown ids are evaluation_case_not_found)."""
 
     project_id: str | None = None
-    case_ids: tuple[str, ...] | None = attrs.field(
-        default=None, metadata={"schema": {"description": "only these cases (with project_id: those of it)"}}
-    )
+    case_ids: tuple[str, ...] | None = _described("only these cases (with project_id: those of it)", None)
 
 
 @attrs.frozen
@@ -192,9 +176,7 @@ class SearchCorpusResourcesRequest:
     case_id: str = attrs.field(metadata={"schema": _CASE_ID})
     text: str | None = attrs.field(default=None, metadata={"schema": {"maxLength": MAX_SEARCH_CHARS}})
     limit: int = attrs.field(default=20, metadata={"schema": {"minimum": 1, "maximum": MAX_CORPUS_PAGE}})
-    cursor: str | None = attrs.field(
-        default=None, metadata={"schema": {"description": "next_cursor of the previous page"}}
-    )
+    cursor: str | None = _described("next_cursor of the previous page", None)
 
 
 @attrs.frozen
@@ -251,17 +233,9 @@ class ExportEvaluationSetRequest:
 
     project_id: str | None = None
     case_ids: tuple[str, ...] | None = None
-    with_history: bool = attrs.field(
-        default=False, metadata={"schema": {"description": "include earlier judgment versions"}}
-    )
-    with_uris: bool = attrs.field(
-        default=False,
-        metadata={
-            "schema": {
-                "description": "keep each resource's file:/// URI (local paths); by default a resource's uri is "
-                "its resource_id"
-            }
-        },
+    with_history: bool = _described("include earlier judgment versions", False)
+    with_uris: bool = _described(
+        "keep each resource's file:/// URI (local paths); by default a resource's uri is its resource_id", False
     )
 
 
@@ -297,10 +271,8 @@ class SetProjectProfileRequest:
     """Give a project its own ranking settings: a settings document or a tuning's proposal."""
 
     project_id: str
-    settings: Mapping[str, Any] | None = attrs.field(
-        default=None,
-        metadata={"schema": {"description": "settings to use (keys left out keep the engine's): "
-                             + ", ".join(SETTING_KEYS)}},
+    settings: Mapping[str, Any] | None = _described(
+        "settings to use (keys left out keep the engine's): " + ", ".join(SETTING_KEYS), None
     )
     from_tune: str | None = attrs.field(
         default=None,
@@ -323,10 +295,8 @@ class TuneProjectRequest:
     """Search the project's fusion settings on its judged cases, cross-validated (docs/evaluation.md)."""
 
     project_id: str
-    grid: Mapping[str, list[Any]] | None = attrs.field(
-        default=None,
-        metadata={"schema": {"description": "values to search per key (others keep the default grid): "
-                             + ", ".join(GRID_KEYS)}},
+    grid: Mapping[str, list[Any]] | None = _described(
+        "values to search per key (others keep the default grid): " + ", ".join(GRID_KEYS), None
     )
     folds: int = attrs.field(default=DEFAULT_FOLDS, metadata={"schema": {"minimum": 2, "maximum": MAX_FOLDS}})
     level: str = attrs.field(default="resource", metadata={"schema": {"enum": ["unit", "resource"]}})
