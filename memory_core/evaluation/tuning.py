@@ -35,6 +35,7 @@ from memory_core.evaluation.metrics import Judgments, MetricLevel, RankedItem, g
 from memory_core.evaluation.report import MIN_CASES_FOR_INTERVAL, CaseInput
 from memory_core.evaluation.statistics import DEFAULT_BOOTSTRAP_RESAMPLES, paired_bootstrap, paired_randomization_p
 from memory_core.retrieval.pipeline import rrf_order, rrf_score
+from memory_core.retrieval.profile import RankingProfile, check_setting_type
 from memory_core.retrieval.rerankers import MAX, MINMAX, ConvexFusionReranker
 
 GRID_KEYS = ("rrf_k", "rerank_depth", "normalisation", "cosine_floor", "alpha")
@@ -100,7 +101,10 @@ def grid_settings(grid: Mapping[str, Sequence[Any]], current: Mapping[str, Any])
         raise InvalidRequest(f"unknown grid key(s): {', '.join(unknown)}; known: {', '.join(GRID_KEYS)}")
     axes = []
     for key in GRID_KEYS:
-        values = tuple(grid.get(key, DEFAULT_GRID[key]))
+        given = grid.get(key, DEFAULT_GRID[key])
+        if not isinstance(given, list | tuple):
+            raise InvalidRequest(f"grid key {key} takes a list of values, got {given!r}", key=key)
+        values = tuple(given)
         if not values:
             raise InvalidRequest(f"grid key {key} has no values", key=key)
         axes.append(values)
@@ -123,8 +127,8 @@ def check_folds(folds: object) -> None:
 
 
 def _check_setting(setting: Mapping[str, Any]) -> None:
-    from memory_core.retrieval.profile import RankingProfile
-
+    for key, value in setting.items():
+        check_setting_type(key, value)
     RankingProfile(rrf_k=setting["rrf_k"], rerank_depth=setting["rerank_depth"])
     ConvexFusionReranker(
         alpha=setting["alpha"], cosine_floor=setting["cosine_floor"], normalisation=setting["normalisation"]

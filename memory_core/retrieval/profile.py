@@ -89,7 +89,8 @@ class ProjectRanking:
         return out
 
 
-def _check_type(key: str, value: Any) -> None:
+def check_setting_type(key: str, value: Any) -> None:
+    """``InvalidRequest`` unless ``value`` has the type setting ``key`` takes (ranges: the values' own checks)."""
     if key == "name":
         if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME_CHARS or "@" in value:
             raise InvalidRequest(f"name must be 1 to {MAX_NAME_CHARS} characters without '@', got {value!r}", key=key)
@@ -117,7 +118,7 @@ def ranking_from_settings(
             f"unknown profile setting(s): {', '.join(unknown)}; known: {', '.join(SETTING_KEYS)}", unknown=unknown
         )
     for key, value in document.items():
-        _check_type(key, value)
+        check_setting_type(key, value)
     profile = attrs.evolve(
         base or RankingProfile(),
         name=document.get("name", "project"),

@@ -161,3 +161,40 @@ def test_replay_ranks_a_frozen_corpus_as_its_cases_project_does() -> None:
     workspace.rank("ws", QUERIES[0], ranked_as="demo")
     first, second = (trace.revisions["ranking_profile"] for _, trace in recorder.completed[-2:])
     assert first.startswith("default@") and second.startswith("gate@")
+
+
+CURRENT = {"rrf_k": 60, "rerank_depth": 50, "normalisation": "max", "cosine_floor": 0.0, "alpha": 0.35,
+           "exact_bonus": 1.0}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("grid", "message"),
+    [
+        ({"alpha": ["x"]}, "alpha must be a finite number"),
+        ({"rerank_depth": [2.5]}, "rerank_depth must be an integer"),
+        ({"rrf_k": [True]}, "rrf_k must be an integer"),
+        ({"alpha": [[1]]}, "alpha must be a finite number"),
+        ({"normalisation": [1]}, "normalisation must be a string"),
+        ({"alpha": "0.5"}, "takes a list of values"),
+        ({"cosine_floor": [float("nan")]}, "cosine_floor must be a finite number"),
+        ({"cosine_floor": [1.0]}, "cosine_floor must be within"),
+        ({"rerank_depth": [5000]}, "rerank_depth must be within"),
+        ({"alpha": [i / 1000 for i in range(1001)], "rrf_k": list(range(1, 30))}, "more than 20,000"),
+    ],
+)
+def test_a_bad_grid_is_refused_before_any_case_is_read(grid: dict[str, Any], message: str) -> None:
+    from memory_core.evaluation.tuning import grid_settings
+
+    with pytest.raises(InvalidRequest, match=message):
+        grid_settings(grid, CURRENT)
+    engine = engine_with_other()  # no case at all: the grid is refused first, not the empty set
+    with pytest.raises(InvalidRequest, match=message):
+        engine.tune_project("demo", grid=grid)
+
+
+def test_the_current_setting_is_graded_first_and_once() -> None:
+    from memory_core.evaluation.tuning import grid_settings
+
+    settings = grid_settings({"alpha": [0.35, 0.5], "rrf_k": [60], "rerank_depth": [50], "normalisation": ["max"],
+                              "cosine_floor": [0.0]}, CURRENT)  # fmt: skip
+    assert settings == [{k: CURRENT[k] for k in settings[0]}, {**settings[0], "alpha": 0.5}]
