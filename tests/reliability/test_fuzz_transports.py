@@ -14,6 +14,7 @@ built from the request types themselves, so a new method or field is fuzzed with
 
 from __future__ import annotations
 
+import collections.abc
 import copy
 import enum
 import itertools
@@ -143,6 +144,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 
 # -- request bases from the request types ---------------------------------------------------------------
+# Free-form documents (a ranking profile's settings, a tuning grid): a valid one each, so the
+# fuzz reaches past them to the method.
+MAPPING_BASES: dict[str, Any] = {"settings": {"rrf_k": 60}, "grid": {"rrf_k": [60]}}
+
+
 def base_value(tp: Any, name: str, served: Served) -> Any:
     """A valid-looking wire value of type ``tp`` for field ``name``."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
@@ -159,6 +165,8 @@ def base_value(tp: Any, name: str, served: Served) -> Any:
         return next(iter(tp)).value
     if origin is tuple:
         return [base_value(args[0], name, served)]
+    if origin in (collections.abc.Mapping, dict) and name in MAPPING_BASES:
+        return copy.deepcopy(MAPPING_BASES[name])
     if tp is ActivationState:
         return copy.deepcopy(served.state)
     if tp is api.EvaluationFixture:
