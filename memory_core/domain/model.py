@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Mapping, Sequence
 
@@ -152,6 +153,12 @@ class Unit:
     token_count: int
     unit_hash: str
     resource_hash: str = ""
+
+    @functools.cached_property
+    def duplicate_key(self) -> str:
+        """``content_key`` of the text, computed once per Unit: selection asks it of every
+        candidate of every activation, and a generation's Units live as long as it is open."""
+        return content_key(self.text)
 
     @property
     def search_text(self) -> str:

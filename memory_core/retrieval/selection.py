@@ -15,7 +15,6 @@ from collections.abc import Sequence
 
 import attrs
 
-from memory_core.domain.model import content_key
 from memory_core.retrieval.activation_state import ActivationState
 from memory_core.retrieval.pipeline import (
     ADD,
@@ -64,7 +63,7 @@ def select(final_order: Sequence[Candidate], limits: Limits, state: ActivationSt
         action = delta_action(c, held)
         cost = 0 if action == REUSE else c.unit.token_count
         code = None
-        if content_key(c.unit.text) in chosen_content:
+        if c.unit.duplicate_key in chosen_content:
             code = DUPLICATE_CONTENT
         elif per_resource[c.unit.resource_id] >= limits.per_resource_limit:
             code = RESOURCE_LIMIT_REACHED
@@ -82,7 +81,7 @@ def select(final_order: Sequence[Candidate], limits: Limits, state: ActivationSt
             c.disposition, c.exclusion_code, c.delta_action = EXCLUDED, code, None
             continue
         c.disposition, c.exclusion_code, c.delta_action = SELECTED, None, action
-        chosen_content.add(content_key(c.unit.text))
+        chosen_content.add(c.unit.duplicate_key)
         per_resource[c.unit.resource_id] += 1
         selected += 1
         tokens += cost

@@ -7,7 +7,7 @@ import hashlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_core.domain.model import Unit, unit_hash_of
+from memory_core.domain.model import Unit, content_key, unit_hash_of
 from memory_core.retrieval.activation_state import ActivationState, HeldUnit
 from memory_core.retrieval.exact import ExactMatch
 from memory_core.retrieval.pipeline import (
@@ -134,3 +134,16 @@ def test_exclusion_precedence_duplicate_first() -> None:
     select(final, Limits(10, 1, 1, 0.0), ActivationState.empty())
     # b is a duplicate, over the fragment limit, over budget and outside the window: duplicate wins.
     assert final[1].exclusion_code == "duplicate_content"
+
+
+@given(st.text(max_size=40), st.text(alphabet=" \t\n", min_size=1, max_size=3), st.booleans())
+def test_duplicate_key_is_content_key_computed_once(text, gap, upper):  # type: ignore[no-untyped-def]
+    """Selection reads ``Unit.duplicate_key`` (cached per Unit) for the rule ``content_key``
+    states: the same words, whatever the spacing or case, are one content."""
+    unit = Unit("a.md#0", "a.md", 0, 0, len(text), (), text, 1, unit_hash_of(text, 0, len(text)))
+    assert unit.duplicate_key == content_key(text)
+    assert unit.duplicate_key is unit.duplicate_key  # cached, not recomputed
+    respaced = gap + gap.join(text.split()) + gap
+    other = Unit("b.md#0", "b.md", 0, 0, len(respaced), (), respaced.upper() if upper else respaced, 1, "h")
+    if not upper or text.upper().casefold() == text.casefold():
+        assert other.duplicate_key == unit.duplicate_key
