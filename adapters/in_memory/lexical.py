@@ -22,6 +22,7 @@ import attrs
 
 from memory_core.domain.errors import GenerationCorrupted
 from memory_core.domain.model import Hit, Unit
+from memory_core.retrieval.profile import BM25_B, BM25_K1
 
 _TOKEN = re.compile(r"\w+")
 
@@ -94,8 +95,8 @@ class InMemoryLexicalSearcher:
 
 @attrs.frozen
 class InMemoryLexicalIndexFactory:
-    k1: float = 0.9
-    b: float = 0.4
+    k1: float = BM25_K1
+    b: float = BM25_B
     revision: str = attrs.field(init=False)
     _indexes: dict[str, _Postings] = attrs.field(factory=dict, init=False, eq=False, repr=False)
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, eq=False, repr=False)

@@ -55,6 +55,7 @@ from memory_core.adapters.search import jvm
 from memory_core.adapters.system.crash_points import crash_point
 from memory_core.domain.errors import GenerationCorrupted, MemoryCoreError, StorageUnavailable
 from memory_core.domain.model import Hit, Unit
+from memory_core.retrieval.profile import BM25_B, BM25_K1
 
 METADATA_FILE = "lexical.json"
 _FORMAT = 2  # 2: docids are hex unit ids (stable across generations), lexical.json has text digests
@@ -240,8 +241,8 @@ def _empty(directory: Path) -> None:
 class LuceneIndexFactory:
     """Builds and opens Lucene BM25 indexes; ``k1``/``b`` apply at search time."""
 
-    k1: float = 0.9
-    b: float = 0.4
+    k1: float = BM25_K1
+    b: float = BM25_B
     # Indexing threads; one leaves the other core to queries while a project re-indexes.
     threads: int = attrs.field(default=1, eq=False, validator=attrs.validators.ge(1))
     revision: str = attrs.field(init=False)

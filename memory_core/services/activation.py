@@ -300,6 +300,18 @@ def activate(
     return Activation(response, tuple(candidates))
 
 
+def _require_built_with(opened: OpenGeneration, what: str, built_with: str, current: str) -> None:
+    """``ProjectNotIndexed`` when the generation was built by another revision of ``what`` than
+    this process searches with; `memcore index` builds one with the current revision."""
+    if built_with != current:
+        project = opened.generation.project_id
+        raise ProjectNotIndexed(
+            f"project {project!r} was indexed with {what} {built_with!r}, this process uses {current!r}: "
+            f"run `memcore index {project}`",
+            project=project,
+        )
+
+
 def _rank(
     parts: ActivationParts,
     ranking: Ranking,
@@ -315,18 +327,14 @@ def _rank(
     exact = opened.exact.search(query)
     clock.end()
     clock.begin("bm25")
+    # A generation's lexical revision names the BM25 parameters its Runs record: searching it with
+    # others (a new default) would record one ranking and run another.
+    _require_built_with(opened, "lexical index", opened.generation.revisions.lexical, parts.lexical.revision)
     bm25 = opened.lexical.search(query, p.lexical_depth)
     clock.end()
     clock.begin("embed_query")
-    built_with = opened.generation.revisions.embedding_model
-    if built_with != embedder.revision:
-        # Query and unit vectors of two model revisions (say fp32 and int8) are not comparable.
-        raise ProjectNotIndexed(
-            f"project {opened.generation.project_id!r} was indexed with embedding model {built_with!r}, "
-            f"this process embeds with {embedder.revision!r}: run `memcore index "
-            f"{opened.generation.project_id}`",
-            project=opened.generation.project_id,
-        )
+    # Query and unit vectors of two model revisions (say fp32 and int8) are not comparable.
+    _require_built_with(opened, "embedding model", opened.generation.revisions.embedding_model, embedder.revision)
     query_vector = embedder.embed_query(query)
     clock.end()
     clock.begin("dense")

@@ -41,7 +41,9 @@ def cranfield(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lexica
     ensure_jvm()  # JVM start-up is not part of the build figure
     units = _cranfield().whole_document_units()
     assert len(units) == 1400
-    factory = LuceneIndexFactory()
+    from benchmarks.cranfield_quality import REFERENCE_B, REFERENCE_K1
+
+    factory = LuceneIndexFactory(k1=REFERENCE_K1, b=REFERENCE_B)  # the reference run's, not the default
     directory = tmp_path_factory.mktemp("cranfield") / "lexical"
     started = time.perf_counter()
     factory.build(directory, units)

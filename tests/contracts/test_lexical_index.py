@@ -15,6 +15,7 @@ from memory_core.adapters.in_memory.lexical import InMemoryLexicalIndexFactory
 from memory_core.domain.errors import GenerationCorrupted
 from memory_core.domain.model import Unit
 from memory_core.ports import LexicalIndexFactory, LexicalSearcher
+from memory_core.retrieval.profile import BM25_B, BM25_K1
 from tests.units import whole_text_unit
 
 
@@ -84,8 +85,8 @@ def searcher(factory: LexicalIndexFactory, built: Path) -> Iterator[LexicalSearc
 def test_revision_is_a_short_stable_string(factory: LexicalIndexFactory) -> None:
     assert isinstance(factory.revision, str) and 0 < len(factory.revision) <= 80
     assert factory.revision == type(factory)().revision
-    assert "k0.9" in factory.revision and "b0.4" in factory.revision
-    assert type(factory)(k1=1.2).revision != factory.revision  # type: ignore[call-arg]
+    assert f"k{BM25_K1:g}" in factory.revision and f"b{BM25_B:g}" in factory.revision
+    assert type(factory)(k1=0.9).revision != factory.revision  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize(
@@ -275,7 +276,7 @@ def test_lucene_revision_changes_with_bm25_settings_only_at_search_time(tmp_path
 
     directory = tmp_path / "lexical"
     LuceneIndexFactory().build(directory, CORPUS)
-    default, tuned = LuceneIndexFactory().open(directory), LuceneIndexFactory(k1=1.2, b=0.75).open(directory)
+    default, tuned = LuceneIndexFactory().open(directory), LuceneIndexFactory(k1=0.9, b=0.4).open(directory)
     try:
         assert [u for u, _ in default.search("flux", 2)] == [u for u, _ in tuned.search("flux", 2)]
         assert default.search("flux", 2) != tuned.search("flux", 2)  # same ranking, other scores

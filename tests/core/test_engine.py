@@ -235,3 +235,27 @@ def test_corrupted_generation_is_never_served_and_index_rebuilds_it() -> None:
     rebuilt = engine.index("demo")
     assert rebuilt.status == "built" and rebuilt.index_revision == report.index_revision
     assert engine.activate("demo", "rollback").response.fragments
+
+
+def test_a_generation_built_with_other_bm25_parameters_is_refused_until_re_indexed() -> None:
+    """A new BM25 default (issue 17) must not search an old generation under its old lexical
+    revision: the Run would record one ranking and run another."""
+    from memory_core.adapters.in_memory.lexical import InMemoryLexicalIndexFactory
+
+    recorder = SpyRecorder()
+    old = InMemoryLexicalIndexFactory(k1=0.9, b=0.4)
+    engine = make_engine(recorder, lexical=old)
+    engine.index("demo")
+    assert engine.activate("demo", "rollback").response.fragments
+    current = InMemoryLexicalIndexFactory()  # what an upgraded process builds and searches with
+    assert current.revision != old.revision
+    # Lucene's files stay on disk for any factory to open; the fake keeps its indexes in itself.
+    object.__setattr__(current, "_indexes", old._indexes)
+    engine.lexical = engine.indexer.lexical = current
+    with pytest.raises(ProjectNotIndexed, match="indexed with lexical index 'memory-bm25-k0.9-b0.4"):
+        engine.activate("demo", "rollback")
+    assert recorder.failed[-1][1].error_code == "project_not_indexed"
+    assert recorder.failed[-1][1].error_stage == "bm25"
+    assert engine.index("demo").status == "built"  # `memcore index` rebuilds under the new revision
+    run = engine.activate("demo", "rollback")
+    assert run.response.fragments and run.response.revisions["lexical"] == current.revision

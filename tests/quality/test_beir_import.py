@@ -31,7 +31,9 @@ from tests.quality.beir_workspace import evaluation_over
 pytestmark = pytest.mark.slow
 
 PROJECT = "cranfield-beir"
-README = {"b1_bm25": 0.502, "b2_dense_vector": 0.505, "b3_hybrid_rrf": 0.555}
+# The data README's figures; its BM25 (0.502) is Anserini's k1 0.9, b 0.4, so B1 is held to what
+# the default k1 1.2, b 0.75 measured instead (docs/ranking.md, "BM25's k1 and b").
+README = {"b1_bm25": 0.523, "b2_dense_vector": 0.505, "b3_hybrid_rrf": 0.555}
 
 
 @attrs.frozen
