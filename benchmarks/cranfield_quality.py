@@ -445,8 +445,8 @@ def render(result: dict[str, Any]) -> str:
         *(_row(labels[k], all_[k]) for k in ("plain_bm25", "B1", "B2", "B3", "B4")),
         _row("B4 with the default profile (rerank depth 50)", result["default_profile"]["B4"]),
         "",
-        f"Reference (data README): BM25 {result['reference']['plain_bm25']} (Anserini's k1 0.9, b 0.4), "
-        f"dense {result['reference']['B2']}, "
+        f"Reference (data README): BM25 {result['reference']['plain_bm25']} "
+        f"(Anserini's k1 {REFERENCE_K1:g}, b {REFERENCE_B:g}), dense {result['reference']['B2']}, "
         f"RRF {result['reference']['B3']} nDCG@10. Reranking the whole fused set lowers Recall@100 (a unit only "
         "the dense stage found scores 0 on the lexical side); the default profile reranks the top 50 and keeps "
         "RRF's Recall@100.",

@@ -361,8 +361,8 @@ def render(result: dict[str, Any]) -> str:
         "",
         "The peer does less per query: no exact-identity stage, no reranking, no selection against a token budget, "
         "no delta against what the agent holds, no trace; FTS5 runs in process where Lucene is reached through the "
-        "JVM. Both use BM25 with k1 1.2 and b 0.75 (FTS5's `bm25()` defaults; memory-core's since issue 17, "
-        "docs/ranking.md), FTS5 with the porter stemmer, Lucene with its English analyzer. "
+        f"JVM. Both use BM25 with k1 {BM25_K1:g} and b {BM25_B:g} (FTS5's `bm25()` defaults; memory-core's since "
+        "issue 17, docs/ranking.md), FTS5 with the porter stemmer, Lucene with its English analyzer. "
         "What the peer cannot do at any speed is explain a ranking afterwards or turn it into an evaluation case.",
         "",
         link(NAME, "memory-core vs the peer design"),
