@@ -8,7 +8,8 @@ lexical list), and nDCG@10 of each path is compared with torch fp32's (today's d
 paired bootstrap over queries. Speed: one short query (its first five words) and one whole query embedded by each
 path in turn, query by query (interleaved, so other jobs on the machine slow every path alike),
 measured as wall time and as the thread's CPU time (what the path costs, whatever else runs);
-and documents per second, each path embedding the same documents in batches (one thread).
+and documents per second, each path embedding the same documents in batches (one thread), and
+again with every core, as indexing runs (issue 17, item 3).
 """
 
 from __future__ import annotations
@@ -28,9 +29,14 @@ NAME = "embedder_paths"
 PATHS = {
     "fp32": ("torch", "fp32"),
     "int8": ("torch", "int8"),
+    "bf16": ("torch", "bf16"),
     "onnx-fp32": ("onnx", "fp32"),
     "onnx-int8": ("onnx", "int8"),
+    "onnx-int8-blockwise": ("onnx", "int8-blockwise"),
 }
+# Batch throughput with every core (what indexing runs): the same documents in turns, path by path.
+THROUGHPUT_ROUNDS = 4
+THROUGHPUT_DOCS = 128
 COLLECTIONS = {"cranfield": CRANFIELD, "cisi": CISI}
 SPEED_QUERIES = 60
 QUICK_QUERIES = 30
@@ -141,6 +147,36 @@ def _speed(embedders: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _throughput(paths: dict[str, tuple[str, str]], torch_class: Any, onnx_class: Any, scratch: Path) -> dict[str, Any]:
+    """Cranfield documents per second of each path with every core, in rounds of disjoint
+    documents taken path by path (interleaved), each path's embedder fresh and loaded first."""
+    docs, _, _ = _collection(CRANFIELD)
+    texts = list(docs.values())
+    embedders = {}
+    for path, (kind, inference) in paths.items():
+        if kind == "torch":
+            embedders[path] = torch_class(inference=inference, query_cache_size=0)
+        else:
+            embedders[path] = onnx_class(inference=inference, cache_dir=scratch, query_cache_size=0)
+        embedders[path].embed_documents(texts[:8])  # load, and the first batch's one-off costs
+    rates: dict[str, list[float]] = {p: [] for p in paths}
+    for r in range(THROUGHPUT_ROUNDS):
+        chunk = texts[8 + r * THROUGHPUT_DOCS : 8 + (r + 1) * THROUGHPUT_DOCS]
+        for path, embedder in embedders.items():
+            t0 = time.perf_counter()
+            embedder.embed_documents(chunk)
+            rates[path].append(len(chunk) / (time.perf_counter() - t0))
+    out: dict[str, Any] = {"docs": THROUGHPUT_ROUNDS * THROUGHPUT_DOCS, "rounds": THROUGHPUT_ROUNDS, "paths": {}}
+    for path, r in rates.items():
+        ratios = [a / b for a, b in zip(r, rates["onnx-fp32"], strict=True)]
+        out["paths"][path] = {
+            "docs_per_s": statistics.median(r),
+            "ratio_to_onnx_fp32": statistics.median(ratios),
+            "ratio_range": [min(ratios), max(ratios)],
+        }
+    return out
+
+
 def run(quick: bool) -> dict[str, Any]:
     import tempfile
 
@@ -166,11 +202,13 @@ def _run(quick: bool, scratch: Path, torch_class: Any, onnx_class: Any) -> dict[
         e.load()
     load_before = os.getloadavg()[0]
     speed = _speed(embedders)
+    throughput = _throughput(PATHS, torch_class, onnx_class, scratch)
     quality = {name: _quality(embedders, root, quick) for name, root in COLLECTIONS.items()}
     result = {
         "quick": quick,
         "revisions": {p: e.revision for p, e in embedders.items()},
         "speed": speed,
+        "throughput": throughput,
         "quality": quality,
         "loadavg_1m": [load_before, os.getloadavg()[0]],
     }
@@ -226,6 +264,20 @@ def render(result: dict[str, Any]) -> str:
                 f"| {kind} | {path} | {s['wall_p50']:.1f} / {s['wall_p95']:.1f} | {s['cpu_p50']:.1f} | "
                 f"{s['cpu_ratio_p50']:.2f} |"
             )
+    tp = result.get("throughput")
+    if tp:
+        lines += [
+            "",
+            f"Batch throughput with every core (as indexing runs): {tp['docs']} Cranfield documents in "
+            f"{tp['rounds']} rounds, the paths taking turns; ratio to ONNX fp32 (today's default), "
+            "median and range over rounds:",
+            "",
+            "| path | docs/s | ratio to onnx-fp32 |",
+            "|---|---:|---|",
+        ]
+        for path, s in tp["paths"].items():
+            lo, hi = s["ratio_range"]
+            lines.append(f"| {path} | {s['docs_per_s']:.1f} | {s['ratio_to_onnx_fp32']:.2f} ({lo:.2f}–{hi:.2f}) |")
     lines += ["", DECISION, ""]
     return "\n".join(lines)
 

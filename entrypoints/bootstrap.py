@@ -72,16 +72,23 @@ def bootstrap(
     profile_store: ProfileStore | None = None,
     recover: bool = True,
     sync_history: bool = False,
+    inference: str | None = None,
 ) -> Engine:
     """The engine over ``home`` with the real adapters; any part may be passed in instead.
+
+    ``inference``: the MiniLM inference path of the default embedder (``adapters/models/inference.py``),
+    else ``$MEMORY_CORE_INFERENCE``, else ONNX Runtime fp32; a name it does not know is an
+    InvalidRequest before anything is opened.
 
     ``sync_history``: commit each Run's trace before ``activate`` returns (an answered Run is
     ``succeeded`` even if the process dies the next instant), instead of right behind the
     answer (the default: about 10% less activation latency at 10,000 units; a crash in that
     millisecond leaves the Run to recovery, ``failed`` with ``retrieval_interrupted``).
     """
+    from memory_core.adapters.models.inference import chosen_inference
     from memory_core.adapters.system.home import HomeLayout
 
+    choice = chosen_inference(inference) if embedder is None else None
     layout = HomeLayout.prepared(home)
     if catalog is None:
         from memory_core.adapters.sqlite.catalog import SqliteCatalog
@@ -114,11 +121,12 @@ def bootstrap(
         locate = StorageLocations.beside(catalog) if isinstance(catalog, SqliteCatalog) else catalog.storage_location
         generations = FileGenerationStore(layout.projects_dir, locate=locate)
     if embedder is None:
-        from memory_core.adapters.models.onnx_minilm import OnnxMiniLMEmbedder
+        from memory_core.adapters.models.inference import minilm_embedder
 
-        # ONNX Runtime fp32: torch's vectors (cosine 1.0, equal nDCG) at about 0.3x its CPU time
-        # per query (docs/performance.md, "MiniLM inference paths"); the torch path stays a choice.
-        embedder = OnnxMiniLMEmbedder(cache_dir=layout.models_dir)
+        # By default ONNX Runtime fp32: torch's vectors (cosine 1.0, equal nDCG) at about 0.3x its
+        # CPU time per query (docs/performance.md, "MiniLM inference paths").
+        assert choice is not None
+        embedder = minilm_embedder(choice, layout.models_dir)
     if chunker is None:
         from memory_core.adapters.models.minilm import MiniLMTokenCounter
         from memory_core.retrieval.chunking import MarkdownChunker

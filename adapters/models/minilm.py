@@ -11,12 +11,15 @@ thread), 8 ms p50 and 9 ms p90 with one. numpy's idle OpenBLAS threads starve to
 so callers that mix numpy and embedding should hold BLAS to one thread
 (``memory_core.adapters.search.usearch_index.blas_single_thread``), as the vector searcher does.
 
-Inference paths (``inference``): ``fp32`` (the default) and ``int8``, torch dynamic quantization of
-every Linear layer with per-channel int8 weights. They give different vectors, so each has its
-own ``revision``: the embedding cache keys on it and a generation records it, so switching paths
-re-embeds instead of mixing vectors of two paths in one index. A short query costs what reading
-the weights costs (~90 MB fp32), which is why int8 is faster; ``benchmarks/embedder_paths.py``
-measures both by ranking quality and speed (docs/performance.md).
+Inference paths (``inference``): ``fp32`` (the default); ``int8``, torch dynamic quantization of
+every Linear layer with per-channel int8 weights; ``bf16``, the weights in bfloat16 (oneDNN runs
+its matrix products on the CPU's AMX or AVX-512 BF16 units where it has them, about 2.8x fp32's
+batch throughput here; on a CPU without them it is correct but slow). Each gives different
+vectors, so each has its own ``revision``: the embedding cache keys on it and a generation
+records it, so switching paths re-embeds instead of mixing vectors of two paths in one index. A
+short query costs what reading the weights costs (~90 MB fp32), which is why int8 is faster;
+``benchmarks/embedder_paths.py`` measures every path by ranking quality and speed
+(docs/performance.md).
 
 Query vectors are kept in a bounded LRU (``QUERY_CACHE_SIZE`` entries, ~1.6 KB each) keyed by the
 revision and the query with its whitespace collapsed (the WordPiece tokenizer splits on
@@ -46,9 +49,9 @@ DIMENSIONS = 384
 MAX_TOKENS = 256
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
-INFERENCE_PATHS = ("fp32", "int8")
-# Suffix of the revision per inference path: fp32 keeps the revision indexes already carry.
-_REVISION_SUFFIX = {"fp32": "", "int8": "+torch-dynamic-int8-per-channel"}
+# Suffix of the revision per inference path (its keys are the paths): fp32 keeps the revision
+# indexes already carry.
+_REVISION_SUFFIX = {"fp32": "", "int8": "+torch-dynamic-int8-per-channel", "bf16": "+torch-bf16"}
 QUERY_CACHE_SIZE = 1024
 
 _hash_cache: dict[tuple[str, int, int], str] = {}
@@ -127,10 +130,10 @@ def normalized_query(text: str) -> str:
     return " ".join(unicodedata.normalize("NFC", text).split())
 
 
-def check_inference(inference: str) -> str:
-    """One of ``INFERENCE_PATHS`` (both embedders offer the same two), else InvalidRequest."""
-    if inference not in INFERENCE_PATHS:
-        raise InvalidRequest(f"inference must be one of {', '.join(INFERENCE_PATHS)}", inference=inference)
+def check_inference(inference: str, paths: Sequence[str]) -> str:
+    """One of an embedder's inference ``paths``, else InvalidRequest naming them."""
+    if inference not in paths:
+        raise InvalidRequest(f"inference must be one of {', '.join(paths)}", inference=inference)
     return inference
 
 
@@ -201,7 +204,7 @@ class MiniLMBase:
     query cache in front of ``_encode``, which each path implements."""
 
     dimensions = DIMENSIONS
-    # The revision suffix of each inference path: the two embedders' vectors differ.
+    # The inference paths an embedder offers, each with its revision suffix: vectors differ by path.
     revision_suffix: ClassVar[Mapping[str, str]]
 
     def __init__(
@@ -213,7 +216,7 @@ class MiniLMBase:
         query_threads: int,
         query_cache_size: int,
     ) -> None:
-        self.inference = check_inference(inference)
+        self.inference = check_inference(inference, tuple(self.revision_suffix))
         self._queries = QueryCache(query_cache_size)
         self.query_cache_size = query_cache_size
         self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
@@ -288,6 +291,10 @@ class MiniLMEmbedder(MiniLMBase):
                 tokenizer, model = load_local_model(self.model_dir, self.device)
                 if self.inference == "int8":
                     model = _quantized(model)
+                elif self.inference == "bf16":
+                    import torch
+
+                    model = model.to(torch.bfloat16)
             except Exception as e:  # any loader's error (OSError, ValueError, safetensors') is one typed error
                 raise ModelUnavailable(
                     f"cannot load the embedding model from {self.model_dir}: {type(e).__name__}: {e}",
@@ -329,7 +336,8 @@ class MiniLMEmbedder(MiniLMBase):
         with self._run_lock, torch.inference_mode():
             if torch.get_num_threads() != threads:
                 torch.set_num_threads(threads)
-            hidden = self._model(**batch).last_hidden_state
+            # Pooled in float32 whatever the weights' type: bf16 sums over 256 tokens lose digits.
+            hidden = self._model(**batch).last_hidden_state.float()
             mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
             pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)

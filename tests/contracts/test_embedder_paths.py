@@ -93,6 +93,27 @@ def test_int8_is_its_own_revision_with_close_vectors(int8: MiniLMEmbedder) -> No
         MiniLMEmbedder(inference="fp16")
 
 
+def test_bf16_is_its_own_revision_with_nearly_fp32_vectors() -> None:
+    fp32, bf16 = MiniLMEmbedder(), MiniLMEmbedder(inference="bf16")
+    assert bf16.revision == fp32.revision + "+torch-bf16"
+    texts = [
+        "laminar boundary layer transition on a swept wing",
+        "the wing in a slipstream " * 80,  # truncated at 256 tokens, padded against the others
+        "",
+        "ünïcödé  text",
+    ]
+    a, b = np.stack(fp32.embed_documents(texts)), np.stack(bf16.embed_documents(texts))
+    assert b.dtype == np.float32 and b.shape == (4, 384)
+    assert np.allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-5)  # pooled and normalised in fp32
+    cosine = (a * b).sum(axis=1)
+    assert float(cosine.min()) > 0.999 and float(cosine.max()) < 0.999999  # close, never to be mixed
+    # bf16 rounding depends a little on the batch's shape: a query agrees with its document vector.
+    query = bf16.embed_query(texts[0])
+    assert float(query @ b[0]) > 0.9999
+    with pytest.raises(InvalidRequest, match="fp32, int8, bf16"):
+        MiniLMEmbedder(inference="int8-blockwise")  # an ONNX path, not torch's
+
+
 def _project(tmp_path: Path) -> Path:
     notes = tmp_path / "notes"
     notes.mkdir()
@@ -147,3 +168,48 @@ def test_a_model_that_fails_to_load_is_a_failed_run_with_a_stage_code(tmp_path: 
         engine.close()
     with pytest.raises(ModelUnavailable):
         MiniLMEmbedder(tmp_path / "no-such-model").embed_documents(["text"])
+
+
+def test_the_inference_path_is_chosen_by_name_at_the_composition_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memory_core.adapters.models.inference import CHOICES, DEFAULT_INFERENCE, INFERENCE_ENV
+
+    home, notes = tmp_path / "home", _project(tmp_path)
+    monkeypatch.delenv(INFERENCE_ENV, raising=False)
+    engine = bootstrap(home)
+    assert engine.embedder.revision.endswith("+onnx-fp32") and DEFAULT_INFERENCE == "onnx-fp32"
+    engine.close()
+    # Each name gives its own revision (no two paths share vectors); nothing loads to know it.
+    revisions = set()
+    for name in CHOICES:
+        engine = bootstrap(home, inference=name)
+        revisions.add(engine.embedder.revision)
+        engine.close()
+    assert len(revisions) == len(CHOICES)
+    # The environment picks it when the caller does not; the caller's name wins over it.
+    monkeypatch.setenv(INFERENCE_ENV, "torch-bf16")
+    engine = bootstrap(home)
+    try:
+        assert engine.embedder.revision.endswith("+torch-bf16")
+        engine.add_project("notes", [Source(str(notes))])
+        report = engine.index("notes")
+        assert report.embedded == report.units
+        answer = engine.activate("notes", "how do I roll back?").response
+        assert answer.revisions["embedding_model"] == engine.embedder.revision
+        assert "Rollback" in answer.fragments[0].text
+    finally:
+        engine.close()
+    engine = bootstrap(home, inference="onnx-fp32")
+    try:
+        with pytest.raises(ProjectNotIndexed):  # built with bf16 vectors: refused, never mixed
+            engine.activate("notes", "how do I roll back?")
+    finally:
+        engine.close()
+    # A name it does not know is a typed error naming the choices, before the home is touched.
+    monkeypatch.setenv(INFERENCE_ENV, "fp16")
+    with pytest.raises(InvalidRequest, match="MEMORY_CORE_INFERENCE must be one of onnx-fp32") as info:
+        bootstrap(tmp_path / "untouched")
+    assert info.value.details["inference"] == "fp16" and not (tmp_path / "untouched").exists()
+    with pytest.raises(InvalidRequest, match="inference must be one of"):
+        bootstrap(tmp_path / "untouched", inference="bf16")

@@ -105,3 +105,17 @@ def test_demo_shows_replace_and_reuse(tmp_path: Path) -> None:
     result = memcore(tmp_path / "home", "demo")
     assert "delta actions in the follow-up: add, replace, reuse" in result.stdout
     assert os.path.exists(tmp_path / "home" / "demo" / "memory" / "project" / "README.md")
+
+
+def test_an_unknown_inference_path_is_refused_before_the_home_is_made(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    result = subprocess.run(
+        [sys.executable, "-m", "memory_core", "--home", str(home), "project", "list"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+        env={**os.environ, "MEMORY_CORE_INFERENCE": "fp16"},
+    )
+    assert result.returncode == 2 and "error[invalid_request]" in result.stderr
+    assert "torch-bf16" in result.stderr and not home.exists()

@@ -1,0 +1,55 @@
+"""The MiniLM inference paths by the names a user picks them with: ``bootstrap(inference=...)``,
+else ``$MEMORY_CORE_INFERENCE``, else the default. Every process on a home should pick the same
+one: a generation records its embedding revision, and an engine whose embedder has another
+refuses to rank it (``project_not_indexed``) until ``memcore index`` re-embeds.
+
+- ``onnx-fp32`` (default): ONNX Runtime, torch fp32's vectors; no torch needed.
+- ``onnx-int8-blockwise``: ONNX Runtime, 8-bit weights in blocks of 32; faster queries.
+- ``onnx-int8``: ONNX Runtime dynamic int8; loses ranking quality (docs/performance.md).
+- ``torch-fp32``, ``torch-int8``: the same two through torch (``memory-core[torch]``).
+- ``torch-bf16``: torch with bfloat16 weights; about 2.8x fp32's indexing throughput on a CPU
+  with AMX or AVX-512 BF16, correct but slow on one without (``memory-core[torch]``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from memory_core.domain.errors import InvalidRequest
+from memory_core.ports import Embedder
+
+INFERENCE_ENV = "MEMORY_CORE_INFERENCE"
+DEFAULT_INFERENCE = "onnx-fp32"
+# name -> (runtime, the embedder's inference path)
+CHOICES = {
+    "onnx-fp32": ("onnx", "fp32"),
+    "onnx-int8-blockwise": ("onnx", "int8-blockwise"),
+    "onnx-int8": ("onnx", "int8"),
+    "torch-fp32": ("torch", "fp32"),
+    "torch-int8": ("torch", "int8"),
+    "torch-bf16": ("torch", "bf16"),
+}
+
+
+def chosen_inference(explicit: str | None = None) -> str:
+    """``explicit``, else ``$MEMORY_CORE_INFERENCE``, else ``DEFAULT_INFERENCE``; one of
+    ``CHOICES`` or InvalidRequest naming them."""
+    choice = explicit or os.environ.get(INFERENCE_ENV) or DEFAULT_INFERENCE
+    if choice not in CHOICES:
+        source = "inference" if explicit else INFERENCE_ENV
+        raise InvalidRequest(f"{source} must be one of {', '.join(CHOICES)}", inference=choice)
+    return choice
+
+
+def minilm_embedder(choice: str, models_dir: Path) -> Embedder:
+    """The MiniLM embedder of an inference ``choice`` (``chosen_inference``); ONNX files are
+    built into ``models_dir``. Nothing heavy is imported until it first embeds."""
+    runtime, inference = CHOICES[chosen_inference(choice)]
+    if runtime == "onnx":
+        from memory_core.adapters.models.onnx_minilm import OnnxMiniLMEmbedder
+
+        return OnnxMiniLMEmbedder(cache_dir=models_dir, inference=inference)
+    from memory_core.adapters.models.minilm import MiniLMEmbedder
+
+    return MiniLMEmbedder(inference=inference)
