@@ -8,6 +8,10 @@ cross-validation at resource level, as ``memcore eval tune`` does; the figures a
 the current setting's and the cross-validated choice's nDCG@10, Recall@20 and MRR, the paired
 95 % bootstrap interval of the nDCG@10 gain and the sign-flip p.
 
+One default for both (issue 17, item 1): each collection's best setting on all its cases is
+graded on the *other* collection against the shipped default, case by case (paired bootstrap
+interval and sign-flip p): a setting chosen on one collection and graded on data it never saw.
+
 Cost: ``tune`` over 1,000 cases (the two collections' cases repeated under new ids until there
 are 1,000), timed, and its peak Python allocation measured in a second run (tracemalloc slows
 what it traces, so the time comes from the first).
@@ -83,12 +87,31 @@ def _figures(result: Any) -> dict[str, Any]:
     }
 
 
+def _transfer(cases: list[Any], setting: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """nDCG@10 (resource level, as ``tune`` grades) of ``setting`` against ``current`` on ``cases``."""
+    from memory_core.evaluation.metrics import MetricLevel, grade, ndcg_at
+    from memory_core.evaluation.statistics import paired_bootstrap, paired_randomization_p
+    from memory_core.evaluation.tuning import final_order
+
+    level = MetricLevel.RESOURCE
+    judged = [c for c in cases if grade([], c.judgments, level).relevant > 0]
+
+    def ndcg(case: Any, s: dict[str, Any]) -> float:
+        return ndcg_at(grade(final_order(case, s, float(current["exact_bonus"])), case.judgments, level), 10) or 0.0
+
+    new, now = [ndcg(c, setting) for c in judged], [ndcg(c, current) for c in judged]
+    ci = paired_bootstrap(new, now)
+    return {"cases": len(judged), "current": sum(now) / len(now), "setting": sum(new) / len(new),
+            "gain": ci.mean_diff, "low": ci.low, "high": ci.high, "p": paired_randomization_p(new, now)}  # fmt: skip
+
+
 def run(quick: bool) -> dict[str, Any]:
     from memory_core.entrypoints.bootstrap import bootstrap
     from memory_core.evaluation.tuning import current_setting, tune
 
     collections: dict[str, Any] = {}
     inputs: list[Any] = []
+    by_name: dict[str, list[Any]] = {}
     with scratch_dir(NAME) as tmp:
         engine = bootstrap(tmp / "home")
         try:
@@ -96,12 +119,19 @@ def run(quick: bool) -> dict[str, Any]:
                 print(f"   importing {name}", flush=True)
                 cases = _import(tmp / "home", _accepted(root, tmp / f"{name}-data"), name, engine)
                 inputs += cases
+                by_name[name] = cases
                 print(f"   tuning {name} ({len(cases)} cases)", flush=True)
                 collections[name] = _figures(engine.tune_project(name, folds=5))
             ranking = engine.ranking_for("cranfield")
             current = current_setting(ranking.profile.rrf_k, ranking.profile.rerank_depth, ranking.reranker)
         finally:
             engine.close()
+    transfer = {}
+    for a in by_name:
+        for b in by_name:
+            best = collections[a]["best"]
+            if a != b and best:
+                transfer[f"{a} -> {b}"] = {"setting": best, **_transfer(by_name[b], best, current)}
     total = 200 if quick else SCALE_CASES
     scaled = [attrs.evolve(inputs[i % len(inputs)], case_id=f"scale-{i:05d}") for i in range(total)]
     print(f"   tune over {total} cases", flush=True)
@@ -114,7 +144,8 @@ def run(quick: bool) -> dict[str, Any]:
     tracemalloc.stop()
     scale = {"cases": total, "judged": timed.cases, "grid_size": timed.grid_size, "seconds": round(seconds, 2),
              "peak_mib": round(peak / 2**20, 1)}  # fmt: skip
-    return write_result(NAME, {"quick": quick, "collections": collections, "scale": scale})
+    return write_result(NAME, {"quick": quick, "collections": collections, "current": current,
+                               "transfer": transfer, "scale": scale})  # fmt: skip
 
 
 def _row(name: str, c: dict[str, Any]) -> str:
@@ -145,6 +176,27 @@ def render(result: dict[str, Any]) -> str:
     lines += [""]
     lines += [f"- {name}: {c['verdict']}" + (f"; best on all cases: {c['best']}" if c["best"] else "")
               for name, c in result["collections"].items()]  # fmt: skip
+    if result.get("transfer"):
+        lines += [
+            "",
+            "One default for both collections (issue 17): each collection's best setting on all its cases, "
+            f"graded on the other collection against the shipped default {result['current']} (nDCG@10 at resource "
+            "level, paired 95 % bootstrap interval, sign-flip p):",
+            "",
+            "| chosen on -> graded on | cases | default | chosen setting | gain [95 % CI] | p |",
+            "|---|---:|---:|---:|---|---:|",
+        ]
+        for pair, t in result["transfer"].items():
+            lines.append(f"| {pair} | {t['cases']} | {t['current']:.3f} | {t['setting']:.3f} | "
+                         f"{t['gain']:+.4f} [{t['low']:+.4f}, {t['high']:+.4f}] | {t['p']:.3f} |")  # fmt: skip
+        carried = [pair for pair, t in result["transfer"].items() if t["low"] > 0]
+        verdict = (
+            f"Carried over with an interval above 0: {', '.join(carried)}."
+            if carried
+            else "No setting chosen on one collection beats the shipped default on the other with an interval "
+            "above 0, so the default stays; a project with judged cases gets its own (`memcore eval tune`)."
+        )
+        lines += ["", verdict]
     lines += [
         "",
         f"Cost: `tune` over {s['cases']:,} cases ({s['judged']:,} with a relevant item; {s['grid_size']:,} settings) "
