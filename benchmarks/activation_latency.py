@@ -109,13 +109,13 @@ def _summary(samples: list[dict[str, float]]) -> dict[str, dict[str, float]]:
 def _measure(homes: dict[int, Path], reranker: Any, queries: list[str]) -> list[dict[str, Any]]:
     """One row per size. The sizes take turns query by query, so contention from other jobs on
     the machine lands on every size alike and the ratios between sizes hold."""
-    from memory_core.adapters.models.onnx_minilm import OnnxMiniLMEmbedder
+    from memory_core.adapters.models.inference import DEFAULT_INFERENCE, minilm_embedder
     from memory_core.entrypoints.bootstrap import bootstrap
     from memory_core.runs.records import NullRecorder
 
     # The product's default path, one model in memory for every engine; no query cache, so each
     # timed activation embeds its query (the queries repeat across rounds).
-    embedder = OnnxMiniLMEmbedder(cache_dir=next(iter(homes.values())).parent / "models", query_cache_size=0)
+    embedder = minilm_embedder(DEFAULT_INFERENCE, next(iter(homes.values())).parent / "models", query_cache_size=0)
     # Unrecorded: the recording overhead is bench_recording's figure, not this one's.
     engines = {
         units: bootstrap(home, reranker=reranker, recorder=NullRecorder(), embedder=embedder)

@@ -134,13 +134,13 @@ def doc_id(resource_id: str) -> str:
 # -- running the pipeline ---------------------------------------------------------------------
 def build_engine(home: Path, memory: Path, profile: RankingProfile = EVAL_PROFILE) -> tuple[Engine, dict[str, Any]]:
     """``memcore project add cranfield <memory>`` then ``memcore index cranfield``, in process."""
-    from memory_core.adapters.models.onnx_minilm import OnnxMiniLMEmbedder
+    from memory_core.adapters.models.inference import DEFAULT_INFERENCE, minilm_embedder
     from memory_core.adapters.system.home import HomeLayout
     from memory_core.entrypoints.bootstrap import bootstrap
 
     # No query-embedding cache: the default-profile pass repeats the evaluation pass's queries,
     # and its stage timings must include embedding them.
-    embedder = OnnxMiniLMEmbedder(cache_dir=HomeLayout.at(home).models_dir, query_cache_size=0)
+    embedder = minilm_embedder(DEFAULT_INFERENCE, HomeLayout.at(home).models_dir, query_cache_size=0)
     engine = bootstrap(home, profile=profile, embedder=embedder)
     engine.add_project(PROJECT, [Source(str(memory))])
     started = time.perf_counter()

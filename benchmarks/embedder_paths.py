@@ -41,12 +41,16 @@ COLLECTIONS = {"cranfield": CRANFIELD, "cisi": CISI}
 SPEED_QUERIES = 60
 QUICK_QUERIES = 30
 DECISION = (
-    "Default: ONNX Runtime fp32 (`OnnxMiniLMEmbedder`, revision suffix `+onnx-fp32`, the composition "
-    "root's embedder). Its vectors are torch fp32's to cosine 0.99999 and its nDCG@10 equals fp32's on "
-    "both collections, at about 0.3x the query's CPU time, and it needs no torch: the install halves. "
-    "The int8 paths are faster still but lose ranking quality (ONNX int8's CISI interval lies below 0), "
-    "so they stay choices. A home indexed with another path is refused at `embed_query` with "
-    "`project_not_indexed` until `memcore index` re-embeds it (vectors of two revisions are never mixed)."
+    "Default since 5 December 2026: ONNX Runtime int8 (`onnx-int8`, revision suffix `+onnx-int8-per-channel`; "
+    "`adapters/models/inference.py`). On the whole of both collections its nDCG@10 is within noise of fp32's, "
+    "dense-only above and as returned through the engine (B4, *Side by side with the common local-memory-server "
+    "design*), at about 2.5x ONNX fp32's batch throughput with every core (the indexing table's same-run ratio) "
+    "and under half its query CPU. Until then the default was ONNX fp32, chosen when a 30-query quick run showed "
+    "int8 losing on CISI; the whole collections do not confirm that loss. `torch-bf16` keeps fp32's vectors to "
+    "cosine 0.9999 at about 2x the batch rate but queries slower and needs torch; `onnx-int8-blockwise` queries "
+    "faster than fp32 but batches no faster. `MEMORY_CORE_INFERENCE` (or `bootstrap(inference=...)`) picks "
+    "another; a home indexed with another path is refused at `embed_query` with `project_not_indexed` until "
+    "`memcore index` re-embeds it (vectors of two revisions are never mixed)."
 )
 DEPTH = 100
 CHUNK = 64

@@ -15,6 +15,11 @@ set; before, it embedded them 64 at a time in unit order (each call sorted its o
 strategies embed the same Cranfield units with the same fresh embedder (no cache), taking turns
 over four disjoint subsets so other jobs on the machine slow both alike; ``python -m
 benchmarks.indexing --batching`` runs only this comparison and keeps the rest of the saved result.
+
+Inference paths (issue 17, item 3): the whole Cranfield index, each time in a fresh child process
+and a fresh home (no embedding cache), with ONNX Runtime fp32 (the default before 5 December
+2026) and ONNX int8 (the default since) taking turns, round by round, so both see the same
+machine; ``python -m benchmarks.indexing --paths`` runs only this comparison.
 """
 
 from __future__ import annotations
@@ -75,7 +80,7 @@ def _child(job: dict[str, Any]) -> dict[str, Any]:
     from memory_core.domain.model import Source
     from memory_core.entrypoints.bootstrap import bootstrap
 
-    engine = bootstrap(job["home"])
+    engine = bootstrap(job["home"], inference=job.get("inference"))
     if job.get("add_source"):
         engine.add_project(PROJECT, [Source(job["add_source"])])
     load = getattr(engine.embedder, "load", None)
@@ -273,8 +278,43 @@ def run(quick: bool) -> dict[str, Any]:
         corpora.append(
             _measure_corpus(f"synthetic-{synthetic_units // 1000}k", synthetic.folder, synthetic.edit_one, work)
         )
+        paths = _paths(quick, work)
     print("   embed batching: in unit order vs longest first", flush=True)
-    return write_result(NAME, {"quick": quick, "corpora": corpora, "batching": _batching(quick)})
+    return write_result(NAME, {"quick": quick, "corpora": corpora, "paths": paths, "batching": _batching(quick)})
+
+
+PATH_ROUNDS = 2
+COMPARED_PATHS = ("onnx-fp32", "onnx-int8")
+
+
+def _paths(quick: bool, work: Path) -> dict[str, Any]:
+    """Units per second of a whole Cranfield index per inference path, the paths taking turns."""
+    cran = write_cranfield_markdown(work / "cranfield-paths")
+    rates: dict[str, list[float]] = {p: [] for p in COMPARED_PATHS}
+    load_before = os.getloadavg()[0]
+    for r in range(1 if quick else PATH_ROUNDS):
+        for name in COMPARED_PATHS if r % 2 == 0 else COMPARED_PATHS[::-1]:
+            print(f"   cranfield with {name}, round {r + 1}", flush=True)
+            home = work / f"home-paths-{name}-{r}"
+            job = _index_job(work, {"home": str(home), "add_source": str(cran), "inference": name})
+            rates[name].append(job["units"] / job["index_s"])
+    base, new = COMPARED_PATHS
+    ratios = [a / b for a, b in zip(rates[new], rates[base], strict=True)]
+    return {
+        "units_per_s": rates,
+        "ratio_per_round": ratios,
+        "ratio_median": statistics.median(ratios),
+        "loadavg_1m": [load_before, os.getloadavg()[0]],
+        "machine": machine(),
+    }
+
+
+def run_paths_only(quick: bool) -> dict[str, Any]:
+    """Only the inference-path comparison; the rest of the saved result stays."""
+    saved = read_result(NAME) or {"quick": quick, "corpora": []}
+    saved.pop("machine", None)
+    with scratch_dir("indexing-paths") as work:
+        return write_result(NAME, {**saved, "paths": _paths(quick, work)})
 
 
 def run_batching_only(quick: bool) -> dict[str, Any]:
@@ -380,11 +420,39 @@ def render(result: dict[str, Any]) -> str:
             f"median {b['ratio_median']:.2f}x.",
             "",
         ]
+    lines += _render_paths(result.get("paths"))
     return "\n".join(lines)
+
+
+def _render_paths(p: dict[str, Any] | None) -> list[str]:
+    if p is None:
+        return []
+    base, new = list(p["units_per_s"])
+    return [
+        "### Inference paths: a whole index",
+        "",
+        f"Measured {p['machine']['date']}, load average {p['loadavg_1m'][0]:.1f}–{p['loadavg_1m'][1]:.1f}: the "
+        "whole Cranfield index (Lucene, chunks, MiniLM, vectors), each time in a fresh child process and a fresh "
+        f"home (nothing cached), the paths taking turns round by round. `{base}` was the default until "
+        f"5 December 2026, `{new}` is since (docs/performance.md, *MiniLM inference paths*).",
+        "",
+        "| path | units/s per round | median |",
+        "|---|---|---:|",
+        *(
+            f"| {name} | {', '.join(f'{x:.1f}' for x in v)} | {statistics.median(v):.1f} |"
+            for name, v in p["units_per_s"].items()
+        ),
+        "",
+        f"{new} over {base}, per round (same run): {', '.join(f'{x:.2f}x' for x in p['ratio_per_round'])}; "
+        f"median {p['ratio_median']:.2f}x (goal, issue 17: 2x).",
+        "",
+    ]
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--batching"]:
     print(render(run_batching_only(quick="--quick" in sys.argv)))
+elif __name__ == "__main__" and sys.argv[1:2] == ["--paths"]:
+    print(render(run_paths_only(quick="--quick" in sys.argv)))
 elif __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--child":
     job = json.loads(sys.argv[2])
     Path(job["result"]).write_text(json.dumps(_child(job)))

@@ -32,6 +32,9 @@ QUERIES = (
 )
 # Overlaps the first question: the agent already holds some of the answer.
 FOLLOW_UP = "Why did idempotency fail in the duplicate postings incident, and how were the duplicates corrected?"
+# The section the teammate edits: one the first activation selects and the follow-up asks about,
+# so the follow-up shows it as ``replace`` whatever inference path ranks the rest.
+EDIT_RESOURCE = "incidents/2026-03-14-duplicate-postings.md"
 EDIT_NOTE = (
     "\n\nReviewed on 2026-03-24 after the duplicate-postings incident: derive lock keys from the full idempotency key."
 )
@@ -86,11 +89,12 @@ def ensure_project(engine: Engine, memory: Path) -> None:
 
 
 def edit_selected_unit(activation: Activation, memory: Path) -> str | None:
-    """Append a sentence to the first selected unit's section, as a teammate would."""
+    """Append a sentence to a selected unit's section (of ``EDIT_RESOURCE`` when one is selected,
+    else the first), as a teammate would."""
     chosen = [c for c in activation.candidates if c.disposition == "selected"]
     if not chosen:
         return None
-    unit = chosen[0].unit
+    unit = next((c.unit for c in chosen if c.unit.resource_id == EDIT_RESOURCE), chosen[0].unit)
     for layer in ("project", "organization"):
         path = memory / layer / unit.resource_id
         if path.exists():

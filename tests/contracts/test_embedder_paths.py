@@ -178,7 +178,7 @@ def test_the_inference_path_is_chosen_by_name_at_the_composition_root(
     home, notes = tmp_path / "home", _project(tmp_path)
     monkeypatch.delenv(INFERENCE_ENV, raising=False)
     engine = bootstrap(home)
-    assert engine.embedder.revision.endswith("+onnx-fp32") and DEFAULT_INFERENCE == "onnx-fp32"
+    assert engine.embedder.revision.endswith("+onnx-int8-per-channel") and DEFAULT_INFERENCE == "onnx-int8"
     engine.close()
     # Each name gives its own revision (no two paths share vectors); nothing loads to know it.
     revisions = set()
@@ -208,7 +208,7 @@ def test_the_inference_path_is_chosen_by_name_at_the_composition_root(
         engine.close()
     # A name it does not know is a typed error naming the choices, before the home is touched.
     monkeypatch.setenv(INFERENCE_ENV, "fp16")
-    with pytest.raises(InvalidRequest, match="MEMORY_CORE_INFERENCE must be one of onnx-fp32") as info:
+    with pytest.raises(InvalidRequest, match="MEMORY_CORE_INFERENCE must be one of onnx-int8, onnx-fp32") as info:
         bootstrap(tmp_path / "untouched")
     assert info.value.details["inference"] == "fp16" and not (tmp_path / "untouched").exists()
     with pytest.raises(InvalidRequest, match="inference must be one of"):
