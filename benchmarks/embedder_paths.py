@@ -23,17 +23,12 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import CISI, CRANFIELD, measured, percentile, write_result
+from memory_core.adapters.models.inference import CHOICES
 
 NAME = "embedder_paths"
-# Path name -> (embedder class, inference); "fp32" (torch) is the reference every interval is against.
-PATHS = {
-    "fp32": ("torch", "fp32"),
-    "int8": ("torch", "int8"),
-    "bf16": ("torch", "bf16"),
-    "onnx-fp32": ("onnx", "fp32"),
-    "onnx-int8": ("onnx", "int8"),
-    "onnx-int8-blockwise": ("onnx", "int8-blockwise"),
-}
+# Every inference path the product offers, as (runtime, inference), under the short labels the
+# tables use (torch's without a prefix); "fp32" (torch) is the reference every interval is against.
+PATHS = {name.removeprefix("torch-"): runtime_path for name, runtime_path in CHOICES.items()}
 # Batch throughput with every core (what indexing runs): the same documents in turns, path by path.
 THROUGHPUT_ROUNDS = 4
 THROUGHPUT_DOCS = 128

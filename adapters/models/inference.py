@@ -11,7 +11,7 @@ refuses to rank it (``project_not_indexed``) until ``memcore index`` re-embeds.
 - ``onnx-int8-blockwise``: ONNX Runtime, 8-bit weights in blocks of 32 (cosine 0.9995); faster
   queries than fp32, no faster batches.
 - ``torch-fp32``, ``torch-int8``: the same two through torch (``memory-core[torch]``).
-- ``torch-bf16``: torch with bfloat16 weights; about 2.8x fp32's indexing throughput on a CPU
+- ``torch-bf16``: torch with bfloat16 weights; about 2.25x fp32's indexing throughput on a CPU
   with AMX or AVX-512 BF16, correct but slow on one without (``memory-core[torch]``).
 """
 

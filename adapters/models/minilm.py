@@ -13,7 +13,7 @@ so callers that mix numpy and embedding should hold BLAS to one thread
 
 Inference paths (``inference``): ``fp32`` (the default); ``int8``, torch dynamic quantization of
 every Linear layer with per-channel int8 weights; ``bf16``, the weights in bfloat16 (oneDNN runs
-its matrix products on the CPU's AMX or AVX-512 BF16 units where it has them, about 2.8x fp32's
+its matrix products on the CPU's AMX or AVX-512 BF16 units where it has them, about 2.25x fp32's
 batch throughput here; on a CPU without them it is correct but slow). Each gives different
 vectors, so each has its own ``revision``: the embedding cache keys on it and a generation
 records it, so switching paths re-embeds instead of mixing vectors of two paths in one index. A

@@ -15,7 +15,7 @@ revision, so a switch re-embeds instead of mixing vectors.
 
 - ``fp32`` (``+onnx-fp32``): torch fp32's vectors to float rounding.
 - ``int8`` (``+onnx-int8-per-channel``): ``quantize_dynamic``, int8 weights per output channel and
-  uint8 activations with one scale per tensor; it loses ranking quality (docs/performance.md).
+  uint8 activations with one scale per tensor; the product's default (``inference.py`` says why).
 - ``int8-blockwise`` (``+onnx-int8-block32``): ``MatMulNBitsQuantizer``, weight-only int8 in
   symmetric blocks of 32 along each input row, activations quantized per block of each row at
   run time (``accuracy_level`` 4, int8 dot products). Cosine 0.9995 to fp32's vector; a query reads a quarter
