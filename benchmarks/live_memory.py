@@ -43,6 +43,9 @@ class Cached:
     def effective_memory(self, project: Any) -> Any:
         return self.memory
 
+    def read_ahead(self, project: Any) -> Any:
+        return lambda: self.memory
+
     def reindex_pending(self, project_id: str) -> bool:
         return False
 

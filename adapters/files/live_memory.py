@@ -21,6 +21,8 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, Protocol
 
 from memory_core.adapters.files.filesystem_sources import RACY_WINDOW_NS
@@ -88,10 +90,23 @@ class FileSystemLiveMemory:
         self.racy_window_ns = racy_window_ns
         self._last: dict[str, tuple[Fingerprint, EffectiveMemory]] = {}
         self._lock = threading.Lock()
+        self._walker: ThreadPoolExecutor | None = None  # started by the first read_ahead
 
     def effective_memory(self, project: Project) -> EffectiveMemory:
+        return self._read(project, fingerprint(project.sources, self.racy_window_ns))
+
+    def read_ahead(self, project: Project) -> Callable[[], EffectiveMemory]:
+        """The stat walk on a thread of its own while the caller ranks (it is mostly system
+        calls, which release the GIL, as the query embedding and Lucene do); the comparison, and
+        the scan when something changed, on the caller's thread (the scan uses the catalog)."""
+        with self._lock:
+            if self._walker is None:
+                self._walker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memcore-live-walk")
+            walk = self._walker.submit(fingerprint, project.sources, self.racy_window_ns)
+        return lambda: self._read(project, walk.result())
+
+    def _read(self, project: Project, seen: Fingerprint | None) -> EffectiveMemory:
         key = project.project_id
-        seen = fingerprint(project.sources, self.racy_window_ns)
         with self._lock:
             last = self._last.get(key)
         if seen is not None and last is not None and last[0] == seen:
@@ -128,6 +143,9 @@ class WatchedMemory:
 
     def effective_memory(self, project: Project) -> EffectiveMemory:
         return self.watcher.cached_memory(project, self.fallback.effective_memory)
+
+    def read_ahead(self, project: Project) -> Callable[[], EffectiveMemory]:
+        return partial(self.effective_memory, project)  # a cached read: nothing worth overlapping
 
     def reindex_pending(self, project_id: str) -> bool:
         return self.watcher.reindex_pending(project_id)

@@ -7,7 +7,7 @@ Every port has a real adapter in ``memory_core.adapters`` and an in-memory one i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -234,5 +234,11 @@ class LiveMemory(Protocol):
     """The Effective Memory a project sees now, from its live sources (brief §3), read cheaply."""
 
     def effective_memory(self, project: Project) -> EffectiveMemory: ...
+
+    def read_ahead(self, project: Project) -> Callable[[], EffectiveMemory]:
+        """Begin reading ``project``'s live memory while the caller ranks; the callable, called
+        once on the caller's thread, finishes the read and returns it (or raises as
+        ``effective_memory`` would). An adapter with nothing to overlap defers the whole read."""
+        ...
 
     def reindex_pending(self, project_id: str) -> bool: ...

@@ -41,7 +41,7 @@ from memory_core.retrieval.pipeline import SELECTED, Candidate, apply_rerank, fu
 from memory_core.retrieval.profile import MAX_BUDGET, MAX_QUERY_CHARS, MIN_BUDGET, RankingProfile
 from memory_core.retrieval.selection import Limits, select
 from memory_core.runs.records import RunFailure, RunStart, RunTrace
-from memory_core.services.freshness import Freshness, read_live
+from memory_core.services.freshness import Freshness, begin_live_read, read_live
 from memory_core.services.indexing import Indexer
 from memory_core.services.open_generations import OpenGeneration, OpenGenerations
 
@@ -224,6 +224,7 @@ def activate(
     token_budget = _validate_budget(budget, ranking.profile.token_budget)
     held = state if isinstance(state, ActivationState) else ActivationState.from_json(state)
     clock.end()
+    live_read = begin_live_read(parts.live_memory, project)  # overlaps the ranking
     recorder = parts.recorder
     run_id = _record_start(recorder, RunStart(project_id, query, held.fingerprint, token_budget, parts.now()))
     opened: OpenGeneration | None = None
@@ -255,6 +256,7 @@ def activate(
     clock.begin("live_memory")
     live, freshness = read_live(
         parts.live_memory,
+        live_read,
         project,
         opened,
         (f.resource_id for f in fragments),

@@ -4,7 +4,7 @@ Memory read through the ``LiveMemory`` port, compared with the generation that r
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -45,8 +45,25 @@ class Freshness:
     error: str | None = _described("why the live memory could not be read", None)
 
 
+def begin_live_read(live_memory: LiveMemory | None, project: Project) -> Callable[[], EffectiveMemory] | None:
+    """Start reading the live memory as the activation begins, so it overlaps the ranking
+    (``LiveMemory.read_ahead``); never raises: a failure to start is raised by the callable."""
+    if live_memory is None:
+        return None
+    try:
+        return live_memory.read_ahead(project)
+    except Exception as exc:
+        failure = exc
+
+        def failed() -> EffectiveMemory:
+            raise failure
+
+        return failed
+
+
 def read_live(
     live_memory: LiveMemory | None,
+    started: Callable[[], EffectiveMemory] | None,
     project: Project,
     opened: OpenGeneration,
     returned: Iterable[str],
@@ -54,12 +71,13 @@ def read_live(
     keep_blobs: BlobStore | None,
     scanner: SourceScanner,
 ) -> tuple[EffectiveMemory | None, Freshness]:
-    """The live Effective Memory and the answer's freshness against it (``returned``: the
-    resource ids of the fragments, in order). Never raises: a source that cannot be read leaves
-    the Run with the generation's memory and says so. ``keep_blobs``: where to keep the bodies
-    of live resources the generation lacks (None when no Run records this answer)."""
+    """The live Effective Memory and the answer's freshness against it (``started``: the read
+    ``begin_live_read`` began; ``returned``: the resource ids of the fragments, in order). Never
+    raises: a source that cannot be read leaves the Run with the generation's memory and says
+    so. ``keep_blobs``: where to keep the bodies of live resources the generation lacks (None
+    when no Run records this answer)."""
     generation = opened.generation
-    if live_memory is None:
+    if live_memory is None or started is None:
         return None, Freshness(False, None, None, False, None, error="live memory is not read by this engine")
     try:
         pending = bool(live_memory.reindex_pending(project.project_id))
@@ -67,7 +85,7 @@ def read_live(
         log.exception("could not ask whether project %s re-indexes", project.project_id)
         pending = False
     try:
-        live = live_memory.effective_memory(project)
+        live = started()
     except Exception as exc:
         log.warning("could not read the live memory of %s: %s", project.project_id, exc)
         reason = exc.message if isinstance(exc, MemoryCoreError) else f"{type(exc).__name__}: {exc}"

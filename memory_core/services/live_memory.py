@@ -7,6 +7,9 @@ replaces it with a watcher-backed one that keeps the answer between change event
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 from memory_core.domain.model import EffectiveMemory, Project, ScannedResource
 from memory_core.ports import SourceScanner
 from memory_core.retrieval.effective_memory import resolve
@@ -22,10 +25,11 @@ class ScanningLiveMemory:
     def effective_memory(self, project: Project) -> EffectiveMemory:
         return read_effective_memory(project, self.scanner)
 
+    def read_ahead(self, project: Project) -> Callable[[], EffectiveMemory]:
+        return partial(self.effective_memory, project)  # the scan uses the catalog: the caller's thread
+
     def reindex_pending(self, project_id: str) -> bool:
         return False
-
-
 
 
 def read_effective_memory(project: Project, scanner: SourceScanner, *, rehash: bool = False) -> EffectiveMemory:

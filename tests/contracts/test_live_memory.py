@@ -18,7 +18,7 @@ from memory_core.adapters.files.filesystem_sources import FileSystemScanner
 from memory_core.adapters.files.live_memory import FileSystemLiveMemory
 from memory_core.adapters.in_memory.storage import InMemoryCatalog, InMemoryScanner
 from memory_core.domain.errors import SourceUnavailable
-from memory_core.domain.model import Layer, Project, Source
+from memory_core.domain.model import EffectiveMemory, Layer, Project, Source
 from memory_core.ports import LiveMemory
 from memory_core.services.live_memory import ScanningLiveMemory, read_effective_memory
 
@@ -26,8 +26,9 @@ from memory_core.services.live_memory import ScanningLiveMemory, read_effective_
 class World:
     """Two sources (organization, project) and a LiveMemory over them."""
 
-    def __init__(self, kind: str, tmp: Path) -> None:
+    def __init__(self, kind: str, ahead: bool, tmp: Path) -> None:
         self.kind = kind
+        self.ahead = ahead
         if kind == "in-memory":
             self.scanner: Any = InMemoryScanner()
             self.org, self.proj = "/org", "/proj"
@@ -67,20 +68,29 @@ class World:
 
             shutil.rmtree(source)
 
+    def read(self) -> EffectiveMemory:
+        """As the engine reads it (begun as the activation starts, finished after ranking), or at once."""
+        return self.live.read_ahead(self.project)() if self.ahead else self.live.effective_memory(self.project)
+
     def hashes(self) -> dict[str, str]:
-        return {e.resource_id: e.resource_hash for e in self.live.effective_memory(self.project).entries}
+        return {e.resource_id: e.resource_hash for e in self.read().entries}
 
 
 @pytest.fixture(params=["in-memory", "scanning", "fingerprinted"])
-def world(request: pytest.FixtureRequest, tmp_path: Path) -> World:
-    return World(request.param, tmp_path)
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(params=[False, True], ids=["read", "read-ahead"])
+def world(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> World:
+    return World(kind, bool(request.param), tmp_path)
 
 
 def test_it_is_the_effective_memory_of_the_sources(world: World) -> None:
     world.write(world.org, "a.md", "# A\n\norg a\n")
     world.write(world.org, "b.md", "# B\n\norg b\n")
     world.write(world.proj, "b.md", "# B\n\nproject b overrides\n")
-    read = world.live.effective_memory(world.project)
+    read = world.read()
     assert read == read_effective_memory(world.project, world.scanner)
     assert [(e.resource_id, e.layer) for e in read.entries] == [("a.md", Layer.ORGANIZATION), ("b.md", Layer.PROJECT)]
     assert world.live.reindex_pending("p") is False
@@ -107,10 +117,10 @@ def test_every_change_shows_on_the_next_read(world: World) -> None:
 
 def test_a_vanished_source_is_source_unavailable(world: World) -> None:
     world.write(world.proj, "a.md", "# A\n\ntext\n")
-    world.live.effective_memory(world.project)
+    world.read()
     world.drop_source(world.org)
     with pytest.raises(SourceUnavailable):
-        world.live.effective_memory(world.project)
+        world.read()
 
 
 # -- the fingerprinted one: no scan when a stat walk shows nothing changed ---------------------
@@ -166,3 +176,27 @@ def test_a_racy_file_is_always_scanned(counted: tuple[CountingScanner, Project, 
     (folder / "a.md").write_text("# a\n\nsame size!\n", encoding="utf-8")
     assert {e.resource_id for e in live.effective_memory(project).entries} == {"a.md", "b.md"}
     assert scanner.scans == 3
+
+
+def test_a_read_ahead_walks_on_another_thread_and_scans_on_the_callers(
+    counted: tuple[CountingScanner, Project, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from memory_core.adapters.files import live_memory as module
+
+    scanner, project, folder = counted
+    walked_on: list[int] = []
+    scanned_on: list[int] = []
+    walk = module.fingerprint
+    monkeypatch.setattr(module, "fingerprint", lambda *a: walked_on.append(threading.get_ident()) or walk(*a))
+    scan = scanner.scan
+    monkeypatch.setattr(scanner, "scan", lambda *a, **k: scanned_on.append(threading.get_ident()) or scan(*a, **k))
+    live = FileSystemLiveMemory(scanner, racy_window_ns=0)
+    first = live.read_ahead(project)()
+    assert live.read_ahead(project)() is first  # the walk proved it unchanged: no second scan
+    (folder / "a.md").write_text("# a\n\nedited\n", encoding="utf-8")
+    assert live.read_ahead(project)() != first
+    me = threading.get_ident()
+    assert len(walked_on) == 3 and me not in walked_on  # the stat walk overlaps the caller's ranking
+    assert scanned_on == [me, me]  # the scan queries the catalog: only ever on the caller's thread

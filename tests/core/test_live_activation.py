@@ -44,6 +44,9 @@ class Broken:
     def effective_memory(self, project: Project) -> EffectiveMemory:
         raise RuntimeError("the disk went away")
 
+    def read_ahead(self, project: Project) -> Any:
+        raise RuntimeError("the disk went away")
+
     def reindex_pending(self, project_id: str) -> bool:
         raise RuntimeError("no watcher")
 
