@@ -23,10 +23,12 @@ revision, so a switch re-embeds instead of mixing vectors.
 
 Threads, as minilm.py explains: a query runs on a session of ``query_threads`` (default 1)
 intra-op threads, batches on one of ``batch_threads`` (default: the cores this process may
-use), each made on first use. ONNX Runtime sessions are safe to run from several threads at
+use), each made on first use; int8 runs ``batch_threads`` texts at once on the one-thread session
+instead. ONNX Runtime sessions are safe to run from several threads at
 once, so a query never waits for an indexing batch. Tokenization uses ``tokenizer.json``
 through the Rust ``tokenizers`` package, as MiniLMTokenCounter does; batches are ordered by
-token count and padded to their longest text only (int8: one text a run, see embed_documents).
+token count and padded to their longest text only (int8: one text a run, on several threads; see
+``_embed_alone``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import json
 import os
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
@@ -115,29 +118,40 @@ class OnnxMiniLMEmbedder(MiniLMBase):
         if not texts:
             return []
         threads = self.batch_threads or available_cores()
+        if self.inference == "int8":
+            return self._embed_alone(texts, threads)
         session = self._session(threads)
         encodings = self._tokenizer.encode_batch(texts)
         # Most tokens first, so each batch pads to similar lengths; results go back in input order.
         order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))
         vectors: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * len(texts)
-        # int8 quantizes activations with one scale per tensor, so a batchmate would change a
-        # text's vector (up to 0.05 here): it embeds each text alone, as a query is (and, without
-        # padding, that cost no throughput on 2 cores). int8-blockwise scales each row's blocks.
-        rows = 1 if self.inference == "int8" else self.batch_size
-        for start in range(0, len(order), rows):
-            batch = order[start : start + rows]
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
             for i, row in zip(batch, self._run(session, [encodings[i] for i in batch]), strict=True):
                 vectors[i] = row
         return cast(list[Vector], vectors)
 
+    def _embed_alone(self, texts: list[str], threads: int) -> list[Vector]:
+        """int8 quantizes activations with one scale per tensor, so a batchmate would change a
+        text's vector (up to 0.05 here): each text runs alone, as a query does. One short sequence
+        splits poorly across intra-op threads, so ``threads`` workers each run texts on the
+        single-threaded session instead (ONNX Runtime runs one session from several threads and
+        releases the GIL): 1.25x the texts per second of one two-thread session on 2 cores
+        (docs/performance.md, *Inference paths: a whole index*)."""
+        alone = threads == 1 or len(texts) == 1
+        session = self._session(threads if alone else 1)  # loads the tokenizer too
+        encodings = self._tokenizer.encode_batch(texts)
+        if alone:
+            return [self._run(session, [e])[0] for e in encodings]
+        with ThreadPoolExecutor(max_workers=min(threads, len(texts)), thread_name_prefix="embed") as pool:
+            return list(pool.map(lambda e: self._run(session, [e])[0], encodings))
+
     def _encode(self, texts: list[str], threads: int) -> np.ndarray:
         """One forward pass over ``texts`` on the session of ``threads`` intra-op threads (no
         query cache; what a benchmark times)."""
-        session = self._session(threads)
-        encodings = self._tokenizer.encode_batch(texts)
-        if self.inference != "int8":
-            return self._run(session, encodings)
-        return np.concatenate([self._run(session, [e]) for e in encodings])  # alone: see embed_documents
+        if self.inference == "int8":
+            return np.stack(self._embed_alone(texts, threads))
+        return self._run(self._session(threads), self._tokenizer.encode_batch(texts))
 
     def _run(self, session: Any, encodings: list[Any]) -> np.ndarray:
         width = max(len(e.ids) for e in encodings)

@@ -250,13 +250,37 @@ def test_an_inference_failure_is_model_unavailable(cache_dir: Path) -> None:
 
     class Failing:
         def run(self, *args: Any) -> Any:
-            import onnxruntime
-
-            raise onnxruntime.capi.onnxruntime_pybind11_state.Fail("[ONNXRuntimeError] : 1 : FAIL : out of memory")
+            raise onnxruntime_fail()
 
     embedder._sessions[embedder.query_threads] = Failing()
     with pytest.raises(ModelUnavailable, match="inference failed"):
         embedder.embed_query("rollback")
+
+
+def test_an_inference_failure_on_an_indexing_worker_is_model_unavailable(cache_dir: Path) -> None:
+    """int8 embeds a batch on worker threads (``_embed_alone``): a failure there reaches the
+    caller as the same typed error, not a pool's exception or a partial result."""
+    embedder = OnnxMiniLMEmbedder(cache_dir=cache_dir, inference="int8", batch_threads=2)
+    embedder.load()
+    calls: list[str] = []
+
+    class Failing:
+        def run(self, *args: Any) -> Any:
+            import threading
+
+            calls.append(threading.current_thread().name)
+            raise onnxruntime_fail()
+
+    embedder._sessions[1] = Failing()
+    with pytest.raises(ModelUnavailable, match="inference failed"):
+        embedder.embed_documents(TEXTS[:6])
+    assert calls and all(name.startswith("embed") for name in calls)  # ran on the pool's workers
+
+
+def onnxruntime_fail() -> Exception:
+    import onnxruntime
+
+    return onnxruntime.capi.onnxruntime_pybind11_state.Fail("[ONNXRuntimeError] : 1 : FAIL : out of memory")
 
 
 def test_neither_torch_nor_transformers_is_imported(tmp_path: Path) -> None:
