@@ -5,7 +5,8 @@ name, identifiers in the path, title or headings (``ADR-0042``, ``snake_case``, 
 ``deploy/values.yaml``), and multi-word title and heading slugs. Keys must be specific enough
 never to fire on ordinary words or bare numbers, so a bare file stem such as ``5`` or
 ``rollback`` is not a key, identifiers need an upper-case prefix (``ADR-``) or an inner
-separator, and slugs need several words.
+separator, and slugs need several words and one resource (a title or heading that several
+resources share identifies none of them).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ _QUERY_TOKEN = re.compile(r"[^\s`'\"()\[\]{}<>,;!?]+")
 MIN_SLUG_WORDS = 3
 MAX_SLUG_WORDS = 12
 
-REVISION = "exact-identity-v1"
+REVISION = "exact-identity-v2"  # v2: a slug several resources share is no key
 
 
 def slug_words(text: str) -> list[str]:
@@ -66,6 +67,7 @@ class ExactIndex:
         self._order = {u.unit_id: i for i, u in enumerate(units)}
         self._keys: dict[str, list[tuple[str, int]]] = defaultdict(list)
         by_resource: dict[str, list[Unit]] = defaultdict(list)
+        slug_resources: dict[str, set[str]] = defaultdict(set)
         for unit in units:
             by_resource[unit.resource_id].append(unit)
         for resource_id, resource_units in by_resource.items():
@@ -92,6 +94,18 @@ class ExactIndex:
                         unit_keys.setdefault("-".join(words), SLUG)
                 for key, weight in unit_keys.items():
                     self._keys[key].append((unit.unit_id, weight))
+                    if weight == SLUG:
+                        slug_resources[key].add(resource_id)
+        # A title or heading that several resources share ("Information Retrieval Systems",
+        # "How to run the tests") names none of them: its slug is no key there. On CISI such
+        # slugs put 29 units first for 8 queries, 1 of them relevant (docs/ranking.md).
+        for key, resources in slug_resources.items():
+            if len(resources) > 1:
+                kept = [(unit_id, weight) for unit_id, weight in self._keys[key] if weight != SLUG]
+                if kept:
+                    self._keys[key] = kept
+                else:
+                    del self._keys[key]
 
     def _query_keys(self, query: str) -> set[str]:
         keys = set()

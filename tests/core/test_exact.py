@@ -58,3 +58,29 @@ def test_ordinary_words_and_bare_numbers_never_match() -> None:
 )
 def test_plain_lowercase_prose_never_matches(words: list[str]) -> None:
     assert INDEX.search(" ".join(words)) == []
+
+
+def test_a_title_or_heading_several_resources_share_is_no_key() -> None:
+    shared = ExactIndex(
+        [
+            unit("a.md", 0, "Information Retrieval Systems"),
+            unit("b.md", 0, "Information Retrieval Systems"),
+            unit("c.md", 0, "Setup", "How to run the tests"),
+            unit("d.md", 0, "Guide", "How to run the tests"),
+            unit("e.md", 0, "Information retrieval systems INC-7"),  # its identifier still names it
+            unit("f.md", 0, "Evaluating information retrieval systems"),  # one resource: a key
+        ]
+    )
+
+    def found(query: str) -> list[str]:
+        return [m.unit_id for m in shared.search(query)]
+
+    assert found("training for users of information retrieval systems") == []
+    assert found("how to run the tests quickly") == []
+    assert found("what happened in INC-7") == ["e.md#0"]
+    assert found("evaluating information retrieval systems") == ["f.md#0"]
+    # The same title in one resource's several units is still that resource's key.
+    single = ExactIndex(
+        [unit("h.md", 0, "Information Retrieval Systems"), unit("h.md", 1, "Information Retrieval Systems", "Scope")]
+    )
+    assert [m.unit_id for m in single.search("information retrieval systems")] == ["h.md#0", "h.md#1"]
