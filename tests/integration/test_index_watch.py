@@ -23,7 +23,8 @@ WAIT_S = 180.0
 
 def env() -> dict[str, str]:
     out = {k: v for k, v in os.environ.items() if k not in ("MEMORY_CORE_HOME", "MEMORY_CORE_CRASH_POINT")}
-    out.update(PYTHONUNBUFFERED="1", COLUMNS="200")
+    # PYTHONFAULTHANDLER: a child that does not stop is sent SIGABRT, which dumps every thread's stack.
+    out.update(PYTHONUNBUFFERED="1", COLUMNS="200", PYTHONFAULTHANDLER="1")
     return out
 
 
@@ -55,6 +56,19 @@ class Lines:
         raise AssertionError(f"no line with {needle!r} in:\n{''.join(self.seen)}")
 
 
+def stopped(proc: subprocess.Popen[str]) -> int:
+    """The child's exit status after Ctrl-C (a re-index in flight finishes first). Twice, in the
+    full suite on 2 cores, the child had not exited 60 s after Ctrl-C; alone it exits in about a
+    second, and the cause is not known yet. So the wait is WAIT_S, as every other wait here, and
+    a child still running then fails the test with every thread's stack, not a bare timeout."""
+    try:
+        return proc.wait(timeout=WAIT_S)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        proc.wait(timeout=30)
+        raise AssertionError("index --watch did not stop:\n" + (proc.stderr.read() if proc.stderr else "")) from None
+
+
 def test_index_watch_keeps_a_project_current_without_a_daemon(tmp_path: Path) -> None:
     home, source = tmp_path / "home", memory_folder(tmp_path / "memory")
     assert memcore(home, "project", "add", "notes", "--source", str(source)).returncode == 0
@@ -76,7 +90,7 @@ def test_index_watch_keeps_a_project_current_without_a_daemon(tmp_path: Path) ->
         (source / "notes.txt").write_text("The narwhal changed again, while nothing indexed.\n", encoding="utf-8")
     finally:
         proc.send_signal(signal.SIGINT)
-        rc = proc.wait(timeout=60)
+        rc = stopped(proc)
     assert rc == 0, proc.stderr.read() if proc.stderr else ""
 
 
