@@ -56,11 +56,17 @@ class Lines:
         raise AssertionError(f"no line with {needle!r} in:\n{''.join(self.seen)}")
 
 
+def default_sigint() -> None:
+    """Ctrl-C's default in the child. A shell starts a background job with SIGINT ignored, a child
+    inherits that, and Python then installs no KeyboardInterrupt handler: with the suite run in
+    the background (``.ci/run &``) this child ignored the test's SIGINT (faulthandler showed its
+    main thread still in the follow loop), where a user's Ctrl-C stops it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def stopped(proc: subprocess.Popen[str]) -> int:
-    """The child's exit status after Ctrl-C (a re-index in flight finishes first). Twice, in the
-    full suite on 2 cores, the child had not exited 60 s after Ctrl-C; alone it exits in about a
-    second, and the cause is not known yet. So the wait is WAIT_S, as every other wait here, and
-    a child still running then fails the test with every thread's stack, not a bare timeout."""
+    """The child's exit status after Ctrl-C (a re-index in flight finishes first); a child still
+    running after WAIT_S fails the test with every thread's stack, not a bare timeout."""
     try:
         return proc.wait(timeout=WAIT_S)
     except subprocess.TimeoutExpired:
@@ -75,7 +81,8 @@ def test_index_watch_keeps_a_project_current_without_a_daemon(tmp_path: Path) ->
     shown = memcore(home, "project", "show", "notes")
     assert "watching: no (no daemon runs" in shown.stdout, shown.stdout + shown.stderr
     proc = subprocess.Popen([sys.executable, "-m", "memory_core", "--home", str(home), "index", "notes", "--watch"],
-                            cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
     try:
         out = Lines(proc)
         out.until("watching notes")
