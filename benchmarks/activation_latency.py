@@ -71,7 +71,7 @@ def build_cross_encoder(target: Path) -> Path:
     source = default_model_dir()
     torch.manual_seed(0)
     verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # "some weights were newly initialized": that is the point
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # "some weights were newly initialized": that is the point
     try:
         with quiet_model_loading():
             model = AutoModelForSequenceClassification.from_pretrained(str(source), num_labels=1, local_files_only=True)

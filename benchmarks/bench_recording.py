@@ -61,7 +61,8 @@ def synthetic_candidates(n: int = CANDIDATES) -> list[Candidate]:
         c.dense_similarity = 0.5 + i / 1000
         c.rrf_rank, c.rrf_score = i + 1, 1 / (61 + i)
         c.rerank_rank, c.rerank_score = (i + 1, 1.0 - i / 100) if i < 50 else (None, None)
-        c.final_rank, c.final_score = i + 1, c.rerank_score
+        # past the window: the pipeline's floor (lowest window score 0.51, less 1) plus the RRF score
+        c.final_rank, c.final_score = i + 1, c.rerank_score if c.rerank_score is not None else -0.49 + c.rrf_score
         if i < 8:
             c.disposition, c.delta_action = SELECTED, ADD
         else:

@@ -159,8 +159,8 @@ def _throughput(paths: dict[str, tuple[str, str]], torch_class: Any, onnx_class:
             embedders[path] = onnx_class(inference=inference, cache_dir=scratch, query_cache_size=0)
         embedders[path].embed_documents(texts[:8])  # load, and the first batch's one-off costs
     rates: dict[str, list[float]] = {p: [] for p in paths}
-    for r in range(THROUGHPUT_ROUNDS):
-        chunk = texts[8 + r * THROUGHPUT_DOCS : 8 + (r + 1) * THROUGHPUT_DOCS]
+    for round_ in range(THROUGHPUT_ROUNDS):
+        chunk = texts[8 + round_ * THROUGHPUT_DOCS : 8 + (round_ + 1) * THROUGHPUT_DOCS]
         for path, embedder in embedders.items():
             t0 = time.perf_counter()
             embedder.embed_documents(chunk)

@@ -134,7 +134,7 @@ def run(quick: bool) -> dict[str, Any]:
 
 
 def measure_collection(root: Path, quick: bool) -> dict[str, Any]:
-    from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+    from threadpoolctl import threadpool_limits
 
     from benchmarks.api_overhead import start_daemon, stop_daemon
     from benchmarks.cranfield_quality import Cranfield, TrecEval, document_ranking, means, ordered

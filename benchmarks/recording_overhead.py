@@ -150,18 +150,15 @@ def measure(engine: Any, queries: list[str], sync_store: Any) -> dict[str, Any]:
     from memory_core.runs.records import NullRecorder
 
     store = engine.history
-    recorders = {
-        "unrecorded": NullRecorder(),
-        "recorded": TimedRecorder(store),
-        "recorded_sync": TimedRecorder(sync_store),
-    }
+    timed = {"recorded": TimedRecorder(store), "recorded_sync": TimedRecorder(sync_store)}
+    recorders: dict[str, Any] = {"unrecorded": NullRecorder(), **timed}
     for q in queries[:WARMUP]:
         for recorder in recorders.values():
             engine.recorder = recorder
             engine.activate(PROJECT, q)
             store.settle()
-    for name in ("recorded", "recorded_sync"):
-        recorders[name].clear()
+    for recorder in timed.values():
+        recorder.clear()
     walls: dict[str, list[float]] = {mode: [] for mode in MODES}
     tails: list[float] = []  # what the writer still had to do when a recorded answer was back
     candidates: list[float] = []
@@ -198,8 +195,8 @@ def measure(engine: Any, queries: list[str], sync_store: Any) -> dict[str, Any]:
         "sync_ratio_p50_ci95": ratio_of_medians_ci(walls["recorded_sync"], unrecorded),
         "write_behind_tail_ms": {"p50": percentile(tails, 50), "p95": percentile(tails, 95)},
         "back_to_back": back_to_back,
-        "recorder_ms": recorders["recorded"].summary(),
-        "sync_recorder_ms": recorders["recorded_sync"].summary(),
+        "recorder_ms": timed["recorded"].summary(),
+        "sync_recorder_ms": timed["recorded_sync"].summary(),
         "candidates_p50": percentile(candidates, 50),
         "loadavg_1m": load,
     }

@@ -65,7 +65,8 @@ def _import(home: Path, root: Path, project: str, engine: Any) -> list[Any]:
     workspace = EngineWorkspace(engine, FolderSources(home.parent / f"{project}-sources"))
     import_beir(engine.evaluations(), workspace, root, project, reviewed=True)
     service = engine.evaluations()
-    return service.case_inputs(service.list_cases(project))
+    cases: list[Any] = service.case_inputs(service.list_cases(project))
+    return cases
 
 
 def _figures(result: Any) -> dict[str, Any]:
@@ -108,6 +109,7 @@ def _transfer(cases: list[Any], setting: dict[str, Any], current: dict[str, Any]
 def run(quick: bool) -> dict[str, Any]:
     from memory_core.entrypoints.bootstrap import bootstrap
     from memory_core.evaluation.tuning import current_setting, tune
+    from memory_core.retrieval.rerankers import ConvexFusionReranker
 
     collections: dict[str, Any] = {}
     inputs: list[Any] = []
@@ -123,6 +125,7 @@ def run(quick: bool) -> dict[str, Any]:
                 print(f"   tuning {name} ({len(cases)} cases)", flush=True)
                 collections[name] = _figures(engine.tune_project(name, folds=5))
             ranking = engine.ranking_for("cranfield")
+            assert isinstance(ranking.reranker, ConvexFusionReranker)  # the default's; tuning grids its settings
             current = current_setting(ranking.profile.rrf_k, ranking.profile.rerank_depth, ranking.reranker)
         finally:
             engine.close()
