@@ -19,11 +19,12 @@ from benchmarks.common import RESULTS, measured, percentile, write_result
 from memory_core.adapters.sqlite import SqliteCatalog, open_database
 from memory_core.adapters.sqlite.runs import SqliteRunStore
 from memory_core.domain.model import EffectiveMemory, Layer, ManifestEntry, Unit, unit_hash_of
-from memory_core.retrieval.pipeline import ADD, EXCLUDED, SELECTED, TOKEN_BUDGET_EXHAUSTED, Candidate
+from memory_core.retrieval.pipeline import ADD, EXCLUDED, SELECTED, TOKEN_BUDGET_EXHAUSTED, Candidate, apply_rerank
 from memory_core.runs.records import RunStart, RunTrace
 
 NAME = "recording"
 CANDIDATES = 200
+RERANK_WINDOW = 50
 SIZES = (1_000, 50_000)
 TARGET_RATIO = 1.2
 
@@ -60,15 +61,13 @@ def synthetic_candidates(n: int = CANDIDATES) -> list[Candidate]:
         c.dense_rank, c.dense_score = (n - i, 0.9 - i / 1000) if i >= 100 or i % 2 else (None, None)
         c.dense_similarity = 0.5 + i / 1000
         c.rrf_rank, c.rrf_score = i + 1, 1 / (61 + i)
-        c.rerank_rank, c.rerank_score = (i + 1, 1.0 - i / 100) if i < 50 else (None, None)
-        # past the window: the pipeline's floor (lowest window score 0.51, less 1) plus the RRF score
-        c.final_rank, c.final_score = i + 1, c.rerank_score if c.rerank_score is not None else -0.49 + c.rrf_score
         if i < 8:
             c.disposition, c.delta_action = SELECTED, ADD
         else:
             c.disposition, c.exclusion_code = EXCLUDED, TOKEN_BUDGET_EXHAUSTED
         out.append(c)
-    return out
+    # rerank and final fields as the pipeline sets them: a window of 50, scores falling with rank
+    return apply_rerank(out, RERANK_WINDOW, [1.0 - i / 100 for i in range(RERANK_WINDOW)])
 
 
 class _Home:
