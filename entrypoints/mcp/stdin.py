@@ -38,15 +38,33 @@ class Verdict:
     method: str | None = None
     error: MemoryCoreError | None = None  # None: the decoder accepted the line
     blank: bool = False  # an empty line between messages: nothing to answer
+    id_given: bool = False  # the line has an ``id`` member, even one we cannot send back: not a notification
 
 
-def _envelope_of(value: Any) -> tuple[int | str | None, str | None]:
+def _valid_id(rid: Any) -> bool:
+    """MCP's request id: an integer or a string (never null, a fraction, an array or an object)."""
+    return not isinstance(rid, bool) and isinstance(rid, int | str)
+
+
+def _envelope_of(value: Any) -> tuple[int | str | None, str | None, bool]:
     if not isinstance(value, dict):
-        return None, None
+        return None, None, False
     rid, method = value.get("id"), value.get("method")
-    if isinstance(rid, bool) or not isinstance(rid, int | str) or (isinstance(rid, str) and not is_utf8_text(rid)):
+    if not _valid_id(rid) or (isinstance(rid, str) and not is_utf8_text(rid)):
         rid = None  # an id we could not send back as it came
-    return rid, method if isinstance(method, str) and is_utf8_text(method) else None
+    return rid, method if isinstance(method, str) and is_utf8_text(method) else None, "id" in value
+
+
+_JSON_KINDS = {type(None): "null", bool: "a boolean", list: "an array", dict: "an object"}
+
+
+def _invalid_id(value: Any) -> MemoryCoreError | None:
+    """A request whose id is not an integer or a string: the SDK's message types take it for a
+    notification (which carries no id) and drop it unanswered, so it is refused here instead."""
+    if isinstance(value, dict) and "method" in value and "id" in value and not _valid_id(value["id"]):
+        kind = _JSON_KINDS.get(type(value["id"]), "a number with a fraction")
+        return InvalidRequest(f"a request id must be an integer or a string, not {kind}", reason="invalid_id")
+    return None
 
 
 def _lenient_int(text: str) -> int | None:
@@ -65,11 +83,15 @@ def judge_line(raw: bytes) -> tuple[Verdict, str]:
         value = decode_json(raw, what="message")
     except InvalidRequest as exc:
         try:  # the envelope's id and method, leniently, from the line with its deep parts cut off
-            envelope = json.loads(pruned(raw.decode("utf-8", "replace")), parse_int=_lenient_int, parse_constant=str)
+            envelope = json.loads(pruned(raw.decode("utf-8", "replace")), parse_int=_lenient_int, parse_constant=float)
         except ValueError:
             envelope = None
-        return Verdict(*_envelope_of(envelope), error=exc), "\n"
-    return Verdict(*_envelope_of(value)), raw.decode("utf-8")
+        rid, method, id_given = _envelope_of(envelope)
+        return Verdict(rid, method, error=exc, id_given=id_given), "\n"
+    rid, method, id_given = _envelope_of(value)
+    if (refused := _invalid_id(value)) is not None:
+        return Verdict(rid, method, error=refused, id_given=id_given), "\n"
+    return Verdict(rid, method, id_given=id_given), raw.decode("utf-8")
 
 
 class DecodingStdin:
@@ -104,7 +126,8 @@ class DecodingStdin:
 def reply_to(verdict: Verdict, refused: Exception) -> Any:
     """The JSON-RPC message answering a line the SDK refused (None: nothing to answer). A
     tools/call gets the tool error any other bad argument gets; anything else a JSON-RPC error:
-    -32700 for text that is not JSON, -32600 for JSON that is refused or is not a message."""
+    -32700 for text that is not JSON, -32600 for JSON that is refused or is not a message; the
+    id is null where the line's id could not be read or is not a valid id."""
     import mcp_types as types
 
     if verdict.blank:
@@ -113,7 +136,7 @@ def reply_to(verdict: Verdict, refused: Exception) -> Any:
     if exc is not None and verdict.request_id is not None and verdict.method == "tools/call":
         result = error_result(exc).model_dump(by_alias=True, mode="json", exclude_none=True)
         return types.JSONRPCResponse(jsonrpc="2.0", id=verdict.request_id, result=result)
-    if exc is not None and verdict.request_id is None and verdict.method is not None:
+    if exc is not None and not verdict.id_given and verdict.method is not None:
         return None  # a notification: JSON-RPC never answers one (the log says it was refused)
     if exc is None:
         message = f"not a JSON-RPC 2.0 message: {type(refused).__name__}"
@@ -172,8 +195,10 @@ async def answer_refused(read_stream: Any, write_stream: Any, verdicts: deque[Ve
                 if verdict.blank:
                     continue
                 code = verdict.error.code if verdict.error else "not_a_message"
-                log.warning("refused a line", extra={"fields": {"code": code, "id": verdict.request_id,
-                                                                "method": verdict.method, "answered": bool(reply)}})
+                reason = verdict.error.details.get("reason") if verdict.error else "not_a_message"
+                fields = {"code": code, "reason": reason, "id": verdict.request_id, "method": verdict.method,
+                          "answered": bool(reply)}  # fmt: skip
+                log.warning("refused a line", extra={"fields": fields})
                 if reply is not None:
                     with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                         await write_stream.send(SessionMessage(reply))

@@ -13,6 +13,8 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memory_core.domain.model import Source
 from memory_core.entrypoints.daemon import api, paths
@@ -347,6 +349,77 @@ def test_every_raw_line_gets_an_answer(tmp_path: Path) -> None:
     assert [r["error"]["code"] for r in by_id[None]] == [-32700, -32700, -32700]
     assert by_id[9] == [{"jsonrpc": "2.0", "id": 9, "result": {}}]  # and it still serves
     assert paths.read_info(home) is None
+
+
+# Requests whose id MCP does not allow (an integer or a string only): the SDK's message types
+# read each as a notification and dropped it unanswered and unlogged (issue 30 item 6). The
+# surrogate one is refused by the decoder first, the others by the id rule.
+INVALID_IDS = ["[1]", '{"n": 1}', "1.5", "2.0", "null", "true", '"\\ud800"']
+
+
+@pytest.mark.slow
+def test_a_request_with_an_invalid_id_is_answered_with_a_null_id(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    lines = [json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}).encode(),
+             b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+             *(f'{{"jsonrpc": "2.0", "id": {rid}, "method": "ping"}}'.encode() for rid in INVALID_IDS),
+             b'{"jsonrpc": "2.0", "id": [2], "method": "tools/call", "params": {"name": "list_projects"}}',
+             b'{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"reason": "\\ud800"}}',
+             b'{"jsonrpc": "2.0", "id": 9, "method": "ping"}']  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "memory_core", "--home", str(home), "mcp", "--log-level", "info"], cwd=ROOT,
+        input=b"\n".join(lines) + b"\n", capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr.decode(errors="replace")
+    replies = [json.loads(line) for line in done.stdout.decode("utf-8").splitlines()]
+    assert [r["id"] for r in replies] == [0, *[None] * (len(INVALID_IDS) + 1), 9]  # the notification: none
+    for reply in replies[1:-1]:
+        assert reply["error"]["code"] == -32600, reply
+        assert reply["error"]["data"]["error"]["code"] == "invalid_request", reply
+    reasons = [r["error"]["data"]["error"]["details"]["reason"] for r in replies[1:-1]]
+    assert reasons == [*["invalid_id"] * (len(INVALID_IDS) - 1), "lone_surrogate", "invalid_id"]
+    assert replies[3]["error"]["message"] == "a request id must be an integer or a string, not a number with a fraction"
+    logged = [json.loads(line) for line in done.stderr.decode().splitlines() if line.startswith("{")]
+    refused = [entry for entry in logged if entry["message"] == "refused a line"]
+    assert [(e["reason"], e["answered"]) for e in refused] == [(reason, True) for reason in reasons] + [
+        ("lone_surrogate", False)]  # each line logged, the notification too
+    assert paths.read_info(home) is None, "a refused tools/call must not start the daemon"
+
+
+# Any JSON value that is not an integer or a string, as it would come from a client's writer.
+NOT_AN_ID = st.recursive(
+    st.none() | st.booleans() | st.integers().map(float)
+    | st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: not f.is_integer()),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=6,
+)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_any_id_that_is_not_an_integer_or_a_string_gets_an_answer(tmp_path: Path) -> None:
+    """Property: whatever the invalid id, exactly one -32600 with a null id, between two pings."""
+    from tests.reliability.test_fuzz_transports import McpLines
+
+    lines = McpLines(tmp_path / "home", tmp_path / "mcp.stderr")
+    try:
+        lines.initialize()
+
+        @settings(max_examples=100, deadline=None, derandomize=True)
+        @given(rid=NOT_AN_ID, method=st.sampled_from(["ping", "tools/list", "tools/call", "initialize"]))
+        def answered(rid: Any, method: str) -> None:
+            mark = next(lines.ids)
+            lines.send(json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": {}}).encode())
+            lines.send(json.dumps({"jsonrpc": "2.0", "id": mark, "method": "ping"}).encode())
+            between = []
+            while (reply := lines.replies.get(timeout=60))["id"] != mark:
+                between.append(reply)
+            assert [(r["id"], r["error"]["code"]) for r in between] == [(None, -32600)], (rid, between)
+
+        answered()
+    finally:
+        assert lines.close() == 0
+    assert "Traceback" not in (tmp_path / "mcp.stderr").read_text()
 
 
 @pytest.mark.slow
