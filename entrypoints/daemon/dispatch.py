@@ -10,7 +10,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import attrs
 
@@ -30,6 +30,7 @@ from memory_core.domain.evaluation_errors import (
     TuningNotFound,
 )
 from memory_core.entrypoints.daemon import api
+from memory_core.entrypoints.daemon.jobs import JobRunner
 from memory_core.evaluation.cases import Case, JudgmentSet
 from memory_core.evaluation.fixture import ImportResult
 from memory_core.evaluation.tuning import TuneResult
@@ -42,6 +43,7 @@ from memory_core.services.local_storage import ProjectRemoval, ProjectStorage
 from memory_core.services.profiles import ProfileView
 
 SERVICE = "memory-core"
+R = TypeVar("R")
 
 
 @attrs.frozen
@@ -77,6 +79,9 @@ class Context:
     watcher: Watcher | None = None
     # The daemon's IdleClock (server.py): how long it has been idle, when it stops (None: in tests).
     idle: Any = None
+    # Where long jobs run: a child process each, off the engine lock (None: an engine of other
+    # parts, whose jobs run here under the lock).
+    jobs: JobRunner | None = None
 
     def call(self, method: Method, request: Any) -> Any:
         """Run a handler; blocking, so the app calls it from a worker thread."""
@@ -92,6 +97,18 @@ class Context:
         try:
             with self.engine_lock:
                 yield
+        finally:
+            self._count(-1)
+
+    def run_job(self, operation: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
+        """An Engine method that takes long (``jobs.OPERATIONS``): in a child process, so no
+        activation waits for it; without a runner, here under the engine lock."""
+        if self.jobs is None:
+            with self.engine_held():
+                return operation(self.engine, *args, **kwargs)
+        self._count(+1)
+        try:
+            return cast(R, self.jobs.run(operation.__name__, *args, **kwargs))
         finally:
             self._count(-1)
 
@@ -176,7 +193,7 @@ def move_project_storage(ctx: Context, req: api.MoveProjectStorageRequest) -> Pr
             f"destination {req.destination!r} must be absolute", destination=req.destination, reason="not_absolute"
         )
     with _no_reindex(ctx, req.project_id):
-        return ctx.engine.move_project_storage(req.project_id, req.destination)
+        return ctx.run_job(Engine.move_project_storage, req.project_id, req.destination)
 
 
 def clear_project_storage(ctx: Context, req: api.ClearProjectStorageRequest) -> ProjectStorage:
@@ -300,7 +317,7 @@ def export_evaluation_set(ctx: Context, req: api.ExportEvaluationSetRequest) -> 
 
 
 def import_evaluation_set(ctx: Context, req: api.ImportEvaluationSetRequest) -> ImportResult:
-    return ctx.engine.import_evaluation_set(req.fixture.document)
+    return ctx.run_job(Engine.import_evaluation_set, req.fixture.document)
 
 
 def show_project_profile(ctx: Context, req: api.ShowProjectProfileRequest) -> ProfileView:
@@ -316,8 +333,8 @@ def restore_project_profile(ctx: Context, req: api.RestoreProjectProfileRequest)
 
 
 def tune_project(ctx: Context, req: api.TuneProjectRequest) -> TuneResult:
-    return ctx.engine.tune_project(req.project_id, grid=req.grid, folds=req.folds, level=req.level,
-                                   include_unreviewed=req.include_unreviewed)  # fmt: skip
+    return ctx.run_job(Engine.tune_project, req.project_id, grid=req.grid, folds=req.folds, level=req.level,
+                       include_unreviewed=req.include_unreviewed)  # fmt: skip
 
 
 def list_tunings(ctx: Context, req: api.ListTuningsRequest) -> api.TuningList:
@@ -344,8 +361,10 @@ METHODS: tuple[Method, ...] = (
            (err.ProjectNotFound,)),
     Method("move_project_storage", api.MoveProjectStorageRequest, ProjectStorage, move_project_storage,
            "Move a project's generations to an empty or new directory (made owner-only) and record it; a failure "
-           "leaves the old location serving. Runs, Cases and blobs are not touched.",
-           (err.ProjectNotFound, err.InvalidStorageLocation, err.GenerationCorrupted)),
+           "leaves the old location serving. Runs, Cases and blobs are not touched. Runs as a job, beside "
+           "activations.",
+           (err.ProjectNotFound, err.InvalidStorageLocation, err.GenerationCorrupted, err.JobInterrupted),
+           uses_engine=False),
     Method("clear_project_storage", api.ClearProjectStorageRequest, ProjectStorage, clear_project_storage,
            "Delete a project's generations; the next index_project rebuilds them, and until then activate_memory "
            "answers project_not_indexed (a failed Run). Runs, Cases and blobs are not touched.",
@@ -397,8 +416,9 @@ METHODS: tuple[Method, ...] = (
            "`memcore eval export` writes).", (EvaluationCaseNotFound, *_BLOBS)),
     Method("import_evaluation_set", api.ImportEvaluationSetRequest, ImportResult, import_evaluation_set,
            f"Import a fixture: every hash verified, all or nothing. Bodies up to {api.MAX_IMPORT_BODY_BYTES >> 20} "
-           "MiB.", (InvalidFixture, FixtureHashMismatch, EvaluationImportConflict),
-           max_body_bytes=api.MAX_IMPORT_BODY_BYTES),
+           "MiB. Runs as a job, beside activations.",
+           (InvalidFixture, FixtureHashMismatch, EvaluationImportConflict, err.JobInterrupted),
+           max_body_bytes=api.MAX_IMPORT_BODY_BYTES, uses_engine=False),
     Method("show_project_profile", api.ShowProjectProfileRequest, ProfileView, show_project_profile,
            "A project's ranking settings in effect (its own profile, else the defaults), the revisions its Runs "
            "record, and every version it had.", (err.ProjectNotFound,)),
@@ -412,8 +432,8 @@ METHODS: tuple[Method, ...] = (
     Method("tune_project", api.TuneProjectRequest, TuneResult, tune_project,
            "Search the project's fusion settings on its judged (by default reviewed) cases from their stored traces, "
            "k-fold cross-validated; a proposal only when the paired 95% interval of the nDCG@10 gain lies above 0. "
-           "Holds the engine while it runs (seconds at 1,000 cases).",
-           (err.ProjectNotFound, EvaluationSetEmpty, err.InvalidRequest)),
+           "Runs as a job, beside activations (seconds at 1,000 cases).",
+           (err.ProjectNotFound, EvaluationSetEmpty, err.InvalidRequest, err.JobInterrupted), uses_engine=False),
     Method("list_tunings", api.ListTuningsRequest, api.TuningList, list_tunings,
            "A project's tunings, newest first.", (err.ProjectNotFound,)),
 )

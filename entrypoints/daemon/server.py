@@ -40,6 +40,7 @@ from memory_core.entrypoints.daemon.background import drain, recover_interrupted
 from memory_core.entrypoints.daemon.cli import add_serve_arguments, serve_options
 from memory_core.entrypoints.daemon.dispatch import Context
 from memory_core.entrypoints.daemon.idle import DEFAULT_IDLE_EXIT_S, IdleClock
+from memory_core.entrypoints.daemon.jobs import JobRunner
 from memory_core.entrypoints.daemon.sockets import DaemonLock, bind_socket, bind_ui_socket, remove_socket
 from memory_core.services.engine import Engine
 
@@ -109,6 +110,7 @@ def serve(
     context: Context | None = None
     handlers: dict[signal.Signals, Any] = {}
     stop_watcher: Callable[[], None] | None = None
+    jobs: JobRunner | None = None
     if idle_exit_s is None and on_demand:
         idle_exit_s = DEFAULT_IDLE_EXIT_S
     if idle_exit_s is not None and idle_exit_s < 0:
@@ -130,6 +132,8 @@ def serve(
         recover_interrupted_runs(engine)
         started_at = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
         context = Context(engine=engine, home=str(root), socket=str(path), started_at=started_at, idle=clock)
+        if engine_factory is None:  # a job's process builds the same engine over the home
+            context.jobs = jobs = JobRunner(root)
         lock.record(paths.DaemonInfo(os.getpid(), str(path), started_at))
         stop_watcher = start_watcher(context, root, watch=watch)
         if warm:
@@ -153,7 +157,7 @@ def serve(
             timeout_graceful_shutdown=None,  # SIGTERM lets every in-flight request finish
             server_header=False,
         )
-        server = uvicorn.Server(config)
+        server = _server(config, jobs)
         idle_thread = threading.Thread(
             target=clock.run, args=(context, lambda: setattr(server, "should_exit", True)), name="idle-exit",
             daemon=True,
@@ -168,6 +172,8 @@ def serve(
         server.run(sockets=listeners)
         return 0
     finally:
+        if jobs is not None:
+            jobs.close()  # before the drain: a job's request then ends at once
         clock.close()
         if idle_thread is not None:
             idle_thread.join(timeout=5)
@@ -188,6 +194,21 @@ def serve(
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         log.info("stopped", extra={"fields": {"socket": str(path)}})
+
+
+def _server(config: Any, jobs: JobRunner | None) -> Any:
+    """uvicorn's server, whose stop signal also cancels the running jobs: uvicorn waits for every
+    request in flight, and a job's request would otherwise hold the stop as long as the job runs.
+    (uvicorn is imported here, lazily, as in ``serve``.)"""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if jobs is not None:
+                jobs.cancel_all()
+            super().handle_exit(sig, frame)
+
+    return Server(config)
 
 
 def _with_ui(root: Path, context: Context, daemon_app: Any, ui_sock: socket.socket, started_at: str) -> Any:

@@ -15,6 +15,17 @@ class MemoryCoreError(Exception):
         self.message = message
         self.details = details
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Whole, whatever the subclass's constructor takes: a daemon job's error crosses a pipe.
+        return _restore, (type(self), self.args, self.__dict__)
+
+
+def _restore(cls: type[MemoryCoreError], args: tuple[Any, ...], state: dict[str, Any]) -> MemoryCoreError:
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, *args)
+    exc.__dict__.update(state)
+    return exc
+
 
 class InvalidRequest(MemoryCoreError):
     """A request failed validation at the boundary; nothing was written."""
@@ -118,6 +129,13 @@ class StorageUnavailable(MemoryCoreError):
     """The home directory or database cannot be written (read-only, full, locked)."""
 
     code = "storage_unavailable"
+
+
+class JobInterrupted(MemoryCoreError):
+    """A daemon job (tuning, import, storage move) ended before it finished: the daemon was
+    stopping, or the job ran out of memory; what it had started was not kept."""
+
+    code = "job_interrupted"
 
 
 class RetrievalFailed(MemoryCoreError):

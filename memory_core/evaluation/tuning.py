@@ -46,7 +46,10 @@ DEFAULT_GRID: Mapping[str, tuple[Any, ...]] = {
     "cosine_floor": (0.0, 0.1, 0.2, 0.3),
     "alpha": tuple(round(0.1 * i, 1) for i in range(11)),
 }
-MAX_GRID_SETTINGS = 20_000  # a bound on the work one tuning does (settings x cases)
+MAX_GRID_SETTINGS = 20_000  # a bound on the grid alone
+# A bound on the work one tuning does: every setting is graded on every case (1,409 settings x
+# 1,000 cases took 21 s on one core, docs/performance.md), so this is about a minute of CPU.
+MAX_TUNE_WORK = 4_000_000
 DEFAULT_FOLDS = 5
 MAX_FOLDS = 20
 NOT_SEARCHED = ("lexical_depth", "dense_depth", "bm25_k1", "bm25_b")  # they change what is retrieved
@@ -93,6 +96,16 @@ class TuneResult:
 
 
 # -- the grid ---------------------------------------------------------------------------------
+def check_work(settings: int, cases: int) -> None:
+    """``InvalidRequest`` when grading ``settings`` on ``cases`` is more than ``MAX_TUNE_WORK``."""
+    if settings * cases > MAX_TUNE_WORK:
+        raise InvalidRequest(
+            f"{settings:,} settings x {cases:,} cases is {settings * cases:,} gradings, more than "
+            f"{MAX_TUNE_WORK:,}: give fewer grid values (--grid) or tune on fewer cases",
+            settings=settings, cases=cases, limit=MAX_TUNE_WORK,
+        )
+
+
 def grid_settings(grid: Mapping[str, Sequence[Any]], current: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every combination, the current setting first (it is always graded); bad values and a
     grid over ``MAX_GRID_SETTINGS`` are ``InvalidRequest``."""

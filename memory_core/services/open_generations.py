@@ -81,6 +81,10 @@ def open_generation(
     )
 
 
+def _same_place(a: Generation, b: Generation) -> bool:
+    return a.index_revision == b.index_revision and a.directory == b.directory
+
+
 class OpenGenerations:
     """Each project's open current generation; thread-safe (the daemon activates concurrently)."""
 
@@ -106,7 +110,9 @@ class OpenGenerations:
             )
         with self._lock:
             opened = self._open.get(project_id)
-            if opened is not None and opened.generation.index_revision == current.index_revision:
+            # The same revision in the same place: a storage move (a daemon job, in another
+            # process) keeps the revision and changes the directory, and the old one goes away.
+            if opened is not None and _same_place(opened.generation, current):
                 return opened, True
             fresh = open_generation(current, generations, manifests, lexical, vectors)
             self._open[project_id] = fresh

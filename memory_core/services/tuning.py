@@ -17,6 +17,7 @@ from memory_core.evaluation.tuning import (
     DEFAULT_FOLDS,
     TuneResult,
     check_folds,
+    check_work,
     current_setting,
     grid_settings,
     tune,
@@ -47,7 +48,7 @@ def tune_project(
                              f"{ranking.reranker.revision}")  # fmt: skip
     current = current_setting(ranking.profile.rrf_k, ranking.profile.rerank_depth, ranking.reranker)
     check_folds(folds)
-    grid_settings(grid or {}, current)  # a bad grid is refused before any case is read
+    settings = grid_settings(grid or {}, current)  # a bad grid is refused before any case is read
     cases = evaluation.list_cases(project_id)
     if not cases:
         raise EvaluationSetEmpty(f"project {project_id!r} has no Evaluation Cases to tune on", project=project_id)
@@ -58,6 +59,7 @@ def tune_project(
             "(`memcore eval review`) or tune with --include-unreviewed",
             project=project_id,
         )
+    check_work(len(settings), len(usable))  # before the traces are read
     result = tune(evaluation.case_inputs(usable), current, tune_id=new_id(), project_id=project_id,
                   created_at=now(), grid=grid, folds=folds, level=levels[level])  # fmt: skip
     if profiles.store is not None:

@@ -100,6 +100,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "blob_corrupted": 500,
     "blob_not_found": 500,
     "storage_unavailable": 503,
+    "job_interrupted": 503,
     "daemon_unavailable": 503,
     "jvm_unavailable": 503,
     "model_unavailable": 503,

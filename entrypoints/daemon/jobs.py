@@ -1,0 +1,196 @@
+"""Long operator jobs (a tuning, a fixture import, a storage move) run in a child process.
+
+In the daemon the engine's catalog is one apsw connection used under one lock, and a job that
+held it for minutes held every agent's activation with it (issue 30, item 2). A job therefore
+runs in a process of its own over the same home, with its own database connections (SQLite's WAL
+lets the daemon read and record Runs meanwhile), at a lower CPU priority, under a memory limit,
+and with nothing loaded that it does not need (no model, no JVM). The daemon's request thread
+only waits for its answer.
+
+Stopping the daemon cancels every job: the child gets SIGTERM, which it turns into an exception
+so the job's own clean-up runs (a move removes the copy it was making; an import's transaction
+rolls back), then SIGKILL if it has not ended within ``CANCEL_GRACE_S``. The request that waited
+gets ``job_interrupted``.
+
+Both sides live here: ``JobRunner`` in the daemon, ``main`` in the child
+(``python -m memory_core.entrypoints.daemon.jobs HOME``). They speak pickle over the child's
+stdin and stdout: one request ``(operation, args, kwargs)``, one answer ``("ok", value)`` or
+``("error", exception)`` (domain errors pickle whole: ``MemoryCoreError.__reduce__``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from memory_core.domain.errors import JobInterrupted, MemoryCoreError
+
+log = logging.getLogger("memory_core.daemon")
+
+# The Engine methods a job may run: the operations that take long and need no model.
+OPERATIONS = frozenset({"tune_project", "import_evaluation_set", "move_project_storage"})
+CANCEL_GRACE_S = 3.0  # SIGTERM lets the job clean up; SIGKILL after this
+JOB_NICENESS = 10  # activations come first on a machine with few cores
+# A job's address-space limit. A 256 MiB fixture decodes to about 2 GiB of Python objects; a
+# tuning of 2,000 cases needs well under 1 GiB. Over it the job fails (job_interrupted,
+# reason "memory") and the daemon, which never held that memory, goes on serving.
+JOB_MEMORY_BYTES = 6 << 30
+PAUSE_POINT_ENV = "MEMORY_CORE_JOB_PAUSE"  # tests: the child stops itself (SIGSTOP) once started
+MEMORY_EXIT = 3  # the child's status when it ran out of memory (it answers nothing then)
+
+
+@attrs.define
+class JobRunner:
+    """Runs jobs for the daemon of ``home``, each in a child process; ``cancel_all`` at stop."""
+
+    home: Path
+    _children: set[subprocess.Popen[bytes]] = attrs.field(factory=set)
+    _lock: threading.Lock = attrs.field(factory=threading.Lock)
+    _stopping: bool = False
+
+    def run(self, operation: str, /, *args: Any, **kwargs: Any) -> Any:
+        """The Engine's ``operation`` over the home, in a child; its result, or its error raised."""
+        if operation not in OPERATIONS:
+            raise ValueError(f"{operation!r} is not a job")
+        request = pickle.dumps((operation, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        with self._lock:
+            if self._stopping:
+                raise JobInterrupted(f"the daemon is stopping: {operation} was not started", reason="stopping")
+            child = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(self.home)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                close_fds=True,
+            )
+            self._children.add(child)
+        log.info("job started", extra={"fields": {"job": operation, "pid": child.pid}})
+        try:
+            answer, _ = child.communicate(request)
+        finally:
+            with self._lock:
+                self._children.discard(child)
+        try:
+            status, value = pickle.loads(answer)
+        except Exception:
+            out_of_memory = child.returncode in (MEMORY_EXIT, -signal.SIGKILL)
+            reason = "stopping" if self._stopping else "memory" if out_of_memory else "exited"
+            log.warning("job ended without an answer",
+                        extra={"fields": {"job": operation, "exit": child.returncode, "reason": reason}})
+            raise JobInterrupted(
+                f"{operation} ended before it finished ({_why(reason)}); nothing it started was kept",
+                reason=reason,
+                exit_status=child.returncode,
+            ) from None
+        log.info("job ended", extra={"fields": {"job": operation, "status": status}})
+        if status == "error":
+            raise value
+        return value
+
+    def running(self) -> int:
+        with self._lock:
+            return len(self._children)
+
+    def cancel_all(self) -> None:
+        """Refuse new jobs and ask every running child to stop (SIGTERM, and SIGCONT so a child
+        stopped by a signal hears it); ``close`` escalates."""
+        with self._lock:
+            self._stopping = True
+            children = list(self._children)
+        for child in children:
+            _signal(child, signal.SIGTERM)
+            _signal(child, signal.SIGCONT)
+
+    def close(self, grace_s: float = CANCEL_GRACE_S) -> None:
+        """Cancel every job and wait at most ``grace_s`` for them; SIGKILL what is left."""
+        self.cancel_all()
+        with self._lock:
+            children = list(self._children)
+        for child in children:
+            try:
+                child.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                _signal(child, signal.SIGKILL)
+                child.wait()
+
+
+def _signal(child: subprocess.Popen[bytes], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+        child.send_signal(sig)
+
+
+def _why(reason: str) -> str:
+    return {
+        "stopping": "the daemon is stopping",
+        "memory": f"it needed more than {JOB_MEMORY_BYTES >> 30} GiB of memory, or was killed",
+    }.get(reason, "its process exited")
+
+
+class _Cancelled(BaseException):
+    """SIGTERM in a job: unwinds like KeyboardInterrupt, so ``finally`` and clean-up run."""
+
+
+def _cancel(*_: Any) -> None:
+    raise _Cancelled()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child: read one request from stdin, run it on an engine over the home, answer on stdout."""
+    args = sys.argv[1:] if argv is None else argv
+    home = args[0]
+    # stdout carries the answer alone: anything else printed goes to stderr (the daemon's log).
+    answer_fd = os.dup(1)
+    os.dup2(2, 1)
+    signal.signal(signal.SIGTERM, _cancel)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon's Ctrl-C reaches us through it
+    os.nice(JOB_NICENESS)
+    _limit_memory()
+    from memory_core.entrypoints.daemon.server import configure_logging
+
+    configure_logging()  # JSON lines, as the daemon's own, into the same log
+    operation, op_args, op_kwargs = pickle.loads(sys.stdin.buffer.read())
+    if os.environ.get(PAUSE_POINT_ENV) == operation:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    try:
+        answer: tuple[str, Any] = ("ok", _run(home, operation, op_args, op_kwargs))
+    except MemoryCoreError as exc:
+        answer = ("error", exc)
+    except MemoryError:
+        return MEMORY_EXIT  # no answer: the daemon reports job_interrupted
+    except _Cancelled:
+        return 143
+    with os.fdopen(answer_fd, "wb") as out:
+        pickle.dump(answer, out, protocol=pickle.HIGHEST_PROTOCOL)
+    return 0
+
+
+def _run(home: str, operation: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    from memory_core.entrypoints.bootstrap import bootstrap
+
+    if operation not in OPERATIONS:
+        raise ValueError(f"{operation!r} is not a job")
+    # No recovery: the daemon owns its Runs; this process starts none.
+    with bootstrap(home, recover=False) as engine:
+        return getattr(engine, operation)(*args, **kwargs)
+
+
+def _limit_memory() -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = JOB_MEMORY_BYTES if hard == resource.RLIM_INFINITY else min(JOB_MEMORY_BYTES, hard)
+    if soft == resource.RLIM_INFINITY or soft > limit:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Long jobs never stall agents (issue 30, item 2): a tuning, an import and a storage move run in
+a child process of the real daemon, off its engine lock; activations answer while one runs, and
+SIGTERM cancels it and stops the daemon at once, keeping nothing the job had started.
+
+``MEMORY_CORE_JOB_PAUSE`` makes a job's process stop itself (SIGSTOP) as it starts, so "a job is
+in flight" is a fact the test sees in /proc, not a race against the clock."""
+
+from __future__ import annotations
+
+import pickle
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_core.domain import errors as err
+from memory_core.domain.evaluation_errors import EvaluationSetEmpty, InvalidFixture
+from memory_core.domain.model import Source
+from memory_core.entrypoints.daemon import jobs
+from tests.daemon.process import alive
+from tests.daemon.test_server import Daemon, memory_folder
+
+WAIT_S = 60.0
+QUERY = "how do I roll back a deploy?"
+
+
+def children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid`` (from /proc: no psutil)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def process_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+
+
+def paused_job(daemon: Daemon) -> int:
+    """The pid of the daemon's job process once it has stopped itself."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        for pid in children(daemon.proc.pid):
+            try:
+                if process_state(pid) == "T":
+                    return pid
+            except OSError:
+                continue
+        time.sleep(0.05)
+    raise AssertionError(f"no job process stopped within {WAIT_S} s:\n{daemon.log.read_text()}")
+
+
+def in_thread(call: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except Exception as exc:  # the assertions read it
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    return worker, outcome
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("operation", ["tune_project", "move_project_storage", "import_evaluation_set"])
+def test_a_job_in_flight_holds_no_activation_and_sigterm_cancels_it(tmp_path: Path, operation: str) -> None:
+    source = memory_folder(tmp_path / "memory")
+    daemon = Daemon(tmp_path / "home", tmp_path / "daemon.log", env={jobs.PAUSE_POINT_ENV: operation})
+    client = daemon.client
+    client.add_project("ledger", [Source(str(source))])
+    client.index_project("ledger")
+    first = client.activate_memory("ledger", QUERY)
+    fixture = client.export_evaluation_set(case_ids=[client.create_evaluation_case(first.run_id).case_id])
+    destination = tmp_path / "elsewhere"
+    start = {
+        "tune_project": lambda: client.tune_project("ledger", include_unreviewed=True),
+        "move_project_storage": lambda: client.move_project_storage("ledger", destination),
+        "import_evaluation_set": lambda: client.import_evaluation_set(fixture),
+    }[operation]
+    worker, outcome = in_thread(start)
+    child = paused_job(daemon)
+
+    answer = client.activate_memory("ledger", QUERY)  # the job holds nothing an activation needs
+    assert answer.fragments and answer.fragments[0].resource_id == "runbooks/deploy.md"
+    assert client.runtime_status().engine_busy is False
+    assert worker.is_alive() and not outcome, "the job answered while its process was stopped"
+
+    daemon.proc.send_signal(signal.SIGTERM)
+    assert daemon.proc.wait(timeout=WAIT_S) == 0  # before: it waited as long as the job ran
+    worker.join(timeout=WAIT_S)
+    error = outcome.get("error")
+    assert isinstance(error, err.JobInterrupted), outcome
+    assert error.details["reason"] == "stopping"
+    assert not alive(child) or process_state(child) == "Z"
+    daemon.client.close()
+
+    restarted = Daemon(tmp_path / "home", tmp_path / "daemon.log")
+    try:  # nothing the job started was kept, and the project serves from where it was
+        assert restarted.client.list_tunings("ledger") == []
+        storage = restarted.client.show_project_storage("ledger")
+        assert not destination.exists() or not any(destination.iterdir())
+        assert Path(storage.location) != destination
+        assert restarted.client.activate_memory("ledger", QUERY).fragments
+    finally:
+        assert restarted.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    base = tmp_path_factory.mktemp("jobs")
+    running = Daemon(base / "home", base / "daemon.log")
+    running.client.add_project("ledger", [Source(str(memory_folder(base / "memory")))])
+    running.client.index_project("ledger")
+    yield running
+    assert running.stop() == 0
+
+
+def test_a_jobs_result_and_its_typed_error_cross_the_process(daemon: Daemon, tmp_path: Path) -> None:
+    client = daemon.client
+    with pytest.raises(EvaluationSetEmpty) as empty:
+        client.tune_project("ledger")
+    assert empty.value.details == {"project": "ledger"}
+    with pytest.raises(InvalidFixture):
+        client.import_evaluation_set({"format": "memory-core/evaluation-set", "format_version": 999})
+    run_id = client.activate_memory("ledger", QUERY).run_id
+    assert run_id is not None
+    fixture = client.export_evaluation_set(case_ids=[client.create_evaluation_case(run_id).case_id])
+    again = client.import_evaluation_set(fixture)
+    assert again.cases_added == () and len(again.cases_unchanged) == 1
+
+    moved = client.move_project_storage("ledger", tmp_path / "moved")
+    assert Path(moved.location) == tmp_path / "moved"
+    answer = client.activate_memory("ledger", QUERY)  # the daemon opens the moved copy
+    assert answer.fragments[0].resource_id == "runbooks/deploy.md"
+    assert all(r["message"] != "job ended without an answer" for r in daemon.log_records())
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        err.ProjectNotFound.among("nope", ["a", "b"]),
+        err.RetrievalFailed("boom", stage="bm25", error_code="x", run_id="r"),
+        EvaluationSetEmpty("none", project="p"),
+        err.JobInterrupted("stop", reason="stopping"),
+    ],
+)
+def test_a_domain_error_pickles_whole(error: err.MemoryCoreError) -> None:
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is type(error)
+    assert (back.code, back.message, back.details, back.args) == (error.code, error.message, error.details, error.args)
+    assert back.__dict__ == error.__dict__
