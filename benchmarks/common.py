@@ -19,6 +19,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 DATA = ROOT / "data"
 CRANFIELD = DATA / "cranfield"
 CISI = DATA / "cisi"
+SCIFACT_TRAIN = DATA / "scifact-train"  # train claims only: import with --split train
+LOCOMO_DEV = DATA / "locomo-dev"
 
 
 @contextlib.contextmanager
