@@ -119,7 +119,8 @@ def bootstrap(
         # Where each project's Local Storage is, as the catalog records it (project storage
         # move); on a connection of its own, since the daemon's re-index worker asks too.
         locate = StorageLocations.beside(catalog) if isinstance(catalog, SqliteCatalog) else catalog.storage_location
-        generations = FileGenerationStore(layout.projects_dir, locate=locate)
+        # ``home``: no project's Local Storage may be moved into the home's own folders.
+        generations = FileGenerationStore(layout.projects_dir, locate=locate, home=layout)
     if embedder is None:
         from memory_core.adapters.models.inference import minilm_embedder
 

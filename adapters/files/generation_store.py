@@ -10,12 +10,22 @@ another directory; the catalog records that one and ``locate`` reads it, so ever
 shares the home finds the same place. A move copies the generations into the new directory
 (staged, re-verified against their seals, renamed into place); the caller switches the catalog
 in one transaction and only then drops the old copy, so a failure leaves the old one serving.
+
+A Local Storage directory lies nowhere in the home but the project's own ``projects/<id>``
+(the home's folders are the home's: ``eval import-beir`` replaces ``evaluation-sources/<id>``
+wholesale, say), overlaps no other project's storage and no memory source. A move or clear
+holds the home's relocation lock and the project's lock exclusively (a second one is refused,
+``storage_unavailable`` with reason ``busy``); a build holds the project's lock shared from its
+first look at the catalog to its last prune, so it never publishes into a place being moved
+away (a build waits while a move runs; a move is refused while a build runs). The locks are
+``flock``s on files under ``<root>/.locks/``: every process and thread of the home takes them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -24,16 +34,23 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from memory_core.adapters.files.blob_store import fsync_dir, write_private
+from memory_core.adapters.files.disk_errors import disk_writes, unavailable
 from memory_core.adapters.storage_format import CONVERTER as STORED
 from memory_core.adapters.system.crash_points import crash_point
+from memory_core.adapters.system.home import HomeLayout
 from memory_core.domain.canonical import canonical_json
-from memory_core.domain.errors import GenerationCorrupted, InvalidRequest, InvalidStorageLocation
-from memory_core.domain.model import Unit
+from memory_core.domain.errors import (
+    GenerationCorrupted,
+    InvalidRequest,
+    InvalidStorageLocation,
+    StorageUnavailable,
+)
+from memory_core.domain.model import Unit, validate_project_id
 from memory_core.domain.storage_rules import (
     REVISION_PATTERN,
     STAGING_PREFIX,
@@ -46,6 +63,9 @@ TRASH_PREFIX = ".trash-"
 SEALED = "SEALED"
 UNITS = "units.jsonl"
 SEAL_FORMAT = 1
+LOCKS = ".locks"  # under the store's root: never a project id (ids start with a letter or digit)
+RELOCATION_LOCK = "relocation.lock"
+WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _left_by_interrupted_copy(destination: Path) -> bool:
@@ -100,8 +120,14 @@ class FileGenerationStore(GenerationLayout):
         projects_root: str | os.PathLike[str],
         staging_ttl_s: float = 3600.0,
         locate: Callable[[str], str | None] | None = None,
+        home: HomeLayout | None = None,
     ) -> None:
         self.root = Path(projects_root)
+        # The home whose folders no moved Local Storage may use (None: only the store's root).
+        self.home = home
+        # The directories ``prepare_location`` created for a move, by destination: a failed
+        # move removes those (``abandon_location``), never one the user had made.
+        self._created: dict[Path, list[Path]] = {}
         # A staging directory younger than this may belong to a build still running elsewhere.
         self.staging_ttl_s = staging_ttl_s
         self._locate = locate
@@ -143,6 +169,8 @@ class FileGenerationStore(GenerationLayout):
             raise GenerationCorrupted(
                 f"staging directory {str(directory)!r} does not exist", directory=str(directory)
             ) from None
+        except OSError as exc:  # a full disk: storage_unavailable naming the place
+            raise unavailable("a generation's units", directory, exc) from exc
         with self._memo_lock:
             self._lines = lines  # only this build's: bounded
             self._written = (hashlib.sha256(body).hexdigest(), tuple(units))
@@ -158,7 +186,8 @@ class FileGenerationStore(GenerationLayout):
             self.discard(staging)
             return target
         crash_point("generation.publish.before_seal")
-        self._seal(staging, index_revision)
+        with disk_writes("a generation's seal", staging):
+            self._seal(staging, index_revision)
         crash_point("generation.publish.before_rename")
         try:
             os.rename(staging, target)
@@ -263,28 +292,29 @@ class FileGenerationStore(GenerationLayout):
         """Check and create ``destination`` (owner-only) for the project's Local Storage.
 
         Refused with InvalidStorageLocation when it is not a directory, not empty, not writable,
-        or inside or around another project's storage (``taken``) or this store's root (bar the
-        project's own default place), since removing one would then delete the other."""
+        inside or around another project's storage or a memory source (``taken``: ``overlaps``),
+        or inside or around the home (``in_home``) other than as the project's own default
+        place: removing one would delete the other, and the home's folders are the home's."""
         # Compared as real paths: a symlinked parent must not hide an overlap.
         dest = _real(Path(destination).expanduser())
         current, default = _real(self.location(project_id)), _real(self.default_location(project_id))
-        root = _real(self.root)
 
         def refuse(reason: str, message: str) -> InvalidStorageLocation:
             return InvalidStorageLocation(message, project=project_id, destination=str(dest), reason=reason)
 
         if dest == current:
             raise refuse("same_location", f"project {project_id!r} already keeps its Local Storage in {str(dest)!r}")
-        for other in [*(_real(Path(t)) for t in taken), current, root]:
-            if other == root and dest == default:
-                continue
+        for other in [*(_real(Path(t)) for t in taken), current]:
             if _overlaps(dest, other):
                 raise refuse(
                     "overlaps",
                     f"{str(dest)!r} is inside or around {str(other)!r} (Local Storage or a memory source)",
                 )
+        if dest != default and _overlaps(dest, self._home_root()):
+            raise refuse("in_home", self._in_home_message(dest))
         if dest.exists() and not dest.is_dir():
             raise refuse("not_a_directory", f"{str(dest)!r} exists and is not a directory")
+        created = _missing(dest)
         try:
             dest.mkdir(mode=0o700, parents=True, exist_ok=True)
             if os.listdir(dest) and not _left_by_interrupted_copy(dest):
@@ -293,35 +323,82 @@ class FileGenerationStore(GenerationLayout):
             probe = dest / f"{STAGING_PREFIX}probe-{secrets.token_hex(4)}"
             probe.mkdir(mode=0o700)
             probe.rmdir()
-        except PermissionError as exc:
-            raise refuse("not_writable", f"{str(dest)!r} is not writable: {exc.strerror}") from exc
-        except InvalidStorageLocation:
+        except BaseException as exc:
+            _remove_empty(created)
+            if isinstance(exc, PermissionError):
+                raise refuse("not_writable", f"{str(dest)!r} is not writable: {exc.strerror}") from exc
+            if isinstance(exc, OSError) and exc.errno in WRITE_FAILURES:
+                raise unavailable("the new Local Storage directory", dest, exc) from exc
+            if isinstance(exc, OSError):
+                raise refuse("not_writable", f"cannot use {str(dest)!r}: {exc.strerror or exc}") from exc
             raise
-        except OSError as exc:
-            raise refuse("not_writable", f"cannot use {str(dest)!r}: {exc.strerror or exc}") from exc
+        if created:
+            self._created[dest] = created
         return dest
+
+    def abandon_location(self, project_id: str, destination: Path) -> None:
+        """Undo a move into ``destination`` that did not complete: remove the generations copied
+        there and the directories ``prepare_location`` created for it (none the user made)."""
+        dest = Path(destination)
+        gens = dest / "generations"
+        if gens.is_dir() and not gens.is_symlink():
+            self._trash(gens)
+        self._sweep_trash(dest)
+        _remove_empty(self._created.pop(dest, []))
+
+    def overlap(self, path: Path, places: Sequence[Path]) -> Path | None:
+        """The first of ``places`` that ``path`` lies in or around (as real paths), else None."""
+        real = _real(Path(path).expanduser())
+        return next((Path(p) for p in places if _overlaps(real, _real(Path(p)))), None)
+
+    def gone(self, directory: Path) -> bool:
+        """Whether nothing is left of a published generation: its directory is not there."""
+        return not os.path.lexists(directory)
+
+    @contextlib.contextmanager
+    def building(self, project_id: str) -> Iterator[None]:
+        """Held while a build reads the catalog, stages, publishes and prunes: shared with other
+        builds of the project, waiting while a move or clear of it runs."""
+        with self._flock(self._project_lock(project_id), fcntl.LOCK_SH, project_id):
+            yield
+
+    @contextlib.contextmanager
+    def relocating(self, project_id: str) -> Iterator[None]:
+        """Held while the project's Local Storage moves or is cleared: exclusive, refused at
+        once (``storage_unavailable``, reason ``busy``) while another move or clear in the home,
+        or a build of the project, holds it."""
+        lock = fcntl.LOCK_EX | fcntl.LOCK_NB
+        with (
+            self._flock(self._lock_path(RELOCATION_LOCK), lock, project_id),
+            self._flock(self._project_lock(project_id), lock, project_id),
+        ):
+            yield
 
     def copy_generations(self, project_id: str, directories: Mapping[str, Path], destination: Path) -> dict[str, Path]:
         """Copy published generations (index revision -> directory) into ``destination`` and
         return their new directories. Each is staged, re-verified against its seal, fsynced and
         renamed into place; on any failure every copy made here is removed and the originals
-        are untouched."""
-        gens = Path(destination) / "generations"
+        are untouched. A write that fails (a full disk) is StorageUnavailable naming the place."""
+        dest = Path(destination)
+        gens = dest / "generations"
         moved: dict[str, Path] = {}
         try:
-            gens.mkdir(mode=0o700, parents=True, exist_ok=True)
-            for entry in os.listdir(gens):  # what an interrupted move left (prepare_location allowed it)
-                shutil.rmtree(gens / entry)
+            with disk_writes("the moved generations", dest):
+                gens.mkdir(mode=0o700, parents=True, exist_ok=True)
+                for entry in os.listdir(gens):  # what an interrupted move left (prepare_location allowed it)
+                    shutil.rmtree(gens / entry)
             for revision, source in sorted(directories.items()):
                 self.verify(source)  # a damaged generation is not carried along as if sound
-                staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=gens))
-                shutil.copytree(source, staging, dirs_exist_ok=True)
+                with disk_writes(f"a copy of generation {revision}", dest):
+                    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=gens))
+                    _copy_tree(source, staging)
                 self.verify(staging)
-                _sync_tree(staging)
-                crash_point("generation.copy.before_rename")
-                target = gens / check_revision(revision)
-                os.rename(staging, target)
-                fsync_dir(gens)
+                with disk_writes(f"a copy of generation {revision}", dest):
+                    _sync_tree(staging)
+                    crash_point("generation.copy.before_rename")
+                    target = gens / check_revision(revision)
+                    os.rename(staging, target)
+                    fsync_dir(gens)
                 moved[revision] = target
         except BaseException:
             shutil.rmtree(gens, ignore_errors=True)
@@ -335,6 +412,45 @@ class FileGenerationStore(GenerationLayout):
                     shutil.rmtree(entry.path, ignore_errors=True)
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _home_root(self) -> Path:
+        return _real(self.home.root if self.home is not None else self.root)
+
+    def _in_home_message(self, dest: Path) -> str:
+        folders = self.home.own_folders if self.home is not None else (self.root,)
+        within = next((f for f in folders if dest.is_relative_to(_real(f))), None)
+        where = f"the home's {within.name!r} folder" if within is not None else "the memory-core home"
+        return (
+            f"{str(dest)!r} is inside or around {where} ({str(self._home_root())!r}): the home's folders "
+            "are its own; give a directory outside it (or the project's default place, to move back)"
+        )
+
+    def _lock_path(self, name: str) -> Path:
+        return self.root / LOCKS / name
+
+    def _project_lock(self, project_id: str) -> Path:
+        return self._lock_path(f"project-{validate_project_id(project_id)}.lock")
+
+    @contextlib.contextmanager
+    def _flock(self, path: Path, operation: int, project_id: str) -> Iterator[None]:
+        with disk_writes("a Local Storage lock", path.parent):
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, operation)
+            except BlockingIOError:
+                relocation = path.name == RELOCATION_LOCK
+                what = "another move or clear of Local Storage in this home" if relocation else "an index of it"
+                raise StorageUnavailable(
+                    f"project {project_id!r}: {what} is running; try again when it finishes",
+                    project=project_id,
+                    reason="busy",
+                    path=str(path),
+                ) from None
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     def _own_staging(self, project_id: str, staging: Path) -> Path:
         staging = Path(staging)
@@ -383,6 +499,41 @@ class FileGenerationStore(GenerationLayout):
 
 def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
+
+
+def _missing(path: Path) -> list[Path]:
+    """``path`` and those of its ancestors that do not exist yet, deepest first."""
+    missing = []
+    while not os.path.lexists(path) and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _remove_empty(directories: Sequence[Path]) -> None:
+    """Remove these directories (deepest first) while they are empty; leave any that is not."""
+    for directory in directories:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
+
+
+def _copy_file(source: Path, target: Path) -> None:
+    """Copy one sealed file of a generation (bytes and mode)."""
+    shutil.copy2(source, target)
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    """``source``'s files and folders into the existing ``target``. Not ``shutil.copytree``: it
+    gathers its files' errors into one ``shutil.Error`` without errno, and a full disk must be
+    told from a damaged generation."""
+    for dirpath, dirnames, filenames in os.walk(source):
+        dirnames.sort()
+        here = target / Path(dirpath).relative_to(source)
+        here.mkdir(mode=0o700, exist_ok=True)
+        for name in sorted(filenames):
+            _copy_file(Path(dirpath) / name, here / name)
 
 
 def _overlaps(a: Path, b: Path) -> bool:

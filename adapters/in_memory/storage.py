@@ -3,8 +3,10 @@ adapters (``tests/contracts``), no disk."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import attrs
@@ -90,16 +92,21 @@ class InMemoryCatalog:
     def storage_location(self, project_id: str) -> str | None:
         return self._locations.get(project_id)
 
-    def set_storage_location(self, project_id: str, location: str | None, directories: Mapping[str, str]) -> None:
+    def set_storage_location(
+        self, project_id: str, location: str | None, directories: Mapping[str, str], forget: Iterable[str] = ()
+    ) -> None:
         self.get_project(project_id)
         if location is None:
             self._locations.pop(project_id, None)
         else:
             self._locations[project_id] = location
         pointer = self._pointers[project_id]
+        gone = set(forget)
         for name in ("current", "previous"):
             g = getattr(pointer, name)
-            if g is not None and g.index_revision in directories:
+            if g is not None and g.index_revision in gone:
+                setattr(pointer, name, None)
+            elif g is not None and g.index_revision in directories:
                 setattr(pointer, name, attrs.evolve(g, directory=directories[g.index_revision]))
 
     def clear_generations(self, project_id: str) -> None:
@@ -271,6 +278,24 @@ class InMemoryGenerationStore(GenerationLayout):
         if any(p.is_relative_to(dest) for table in (self._staging, self._published) for p in table):
             raise InvalidStorageLocation("not empty", project=project_id, reason="not_empty")
         return dest
+
+    def abandon_location(self, project_id: str, destination: Path) -> None:
+        for table in (self._staging, self._published):
+            for path in [p for p in table if p.is_relative_to(Path(destination) / "generations")]:
+                del table[path]
+
+    def overlap(self, path: Path, places: Sequence[Path]) -> Path | None:
+        return next((p for p in places if path == p or path.is_relative_to(p) or p.is_relative_to(path)), None)
+
+    def gone(self, directory: Path) -> bool:
+        return directory not in self._published
+
+    def building(self, project_id: str) -> AbstractContextManager[None]:
+        """One process: the engine's callers serialise (the daemon's engine lock)."""
+        return contextlib.nullcontext()
+
+    def relocating(self, project_id: str) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
     def copy_generations(self, project_id: str, directories: Mapping[str, Path], destination: Path) -> dict[str, Path]:
         """In-memory index factories follow a rename, not a copy: their indexes move with it."""

@@ -39,6 +39,7 @@ exception's causes count too (a writer closed by a failed flush reports its caus
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import hashlib
 import json
@@ -51,6 +52,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from memory_core.adapters.files.disk_errors import disk_writes
 from memory_core.adapters.search import jvm
 from memory_core.adapters.system.crash_points import crash_point
 from memory_core.domain.errors import GenerationCorrupted, MemoryCoreError, StorageUnavailable
@@ -265,8 +267,9 @@ class LuceneIndexFactory:
         text_of = {u.unit_id: u.search_text for u in units}
         indexed = [uid for uid in unit_ids if text_of[uid].strip(_JAVA_TRIM)]
         digests = [_text_digest(text_of[uid]) for uid in indexed]
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        (directory / METADATA_FILE).unlink(missing_ok=True)
+        with disk_writes("the lexical index", directory):
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            (directory / METADATA_FILE).unlink(missing_ok=True)
         base = _reusable(previous, directory) if previous is not None else None
         jnius = jvm.attach_current_thread()
         if base is not None:
@@ -429,13 +432,16 @@ def _write_metadata(directory: Path, metadata: dict[str, Any]) -> None:
     path = directory / METADATA_FILE
     tmp = directory / (METADATA_FILE + ".tmp")
     data = json.dumps(metadata, ensure_ascii=True, separators=(",", ":")).encode("ascii")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    with disk_writes("the lexical index", directory):  # a full disk here too: storage_unavailable
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            written = os.write(fd, data)
+            if written != len(data):  # a short write: the disk filled up after part of it
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
 
 
 def _read_metadata(directory: Path) -> list[str]:

@@ -15,6 +15,7 @@ rounding) and ties resolve by unit order on both paths.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from memory_core.adapters.files.blob_store import write_private
+from memory_core.adapters.files.disk_errors import disk_writes
 from memory_core.adapters.in_memory.vectors import validate_build_input
 from memory_core.domain.errors import GenerationCorrupted, InvalidRequest
 from memory_core.domain.model import Hit, Vector
@@ -180,17 +182,8 @@ class UsearchIndexFactory:
         with self._memo_lock:
             self._last = (list(vectors), normalised)
         directory = Path(directory)
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         mode = "hnsw" if len(ids) > self.exact_limit else "exact"
-        if mode == "hnsw":
-            self._build_hnsw(directory / HNSW_FILE, normalised)
-        fd = os.open(directory / VECTORS_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, normalised, allow_pickle=False)
-            f.flush()
-            os.fsync(f.fileno())
         ids_bytes = json.dumps(ids, ensure_ascii=False).encode("utf-8")
-        write_private(directory / IDS_FILE, ids_bytes)
         meta = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -200,7 +193,19 @@ class UsearchIndexFactory:
             "unit_ids_sha256": hashlib.sha256(ids_bytes).hexdigest(),
             "revision": self.revision,
         }
-        write_private(directory / META_FILE, json.dumps(meta, sort_keys=True).encode("utf-8"))
+        # A full disk is storage_unavailable naming the directory, not an untyped OSError; the
+        # half-written staging directory is the indexer's to discard.
+        with disk_writes("the vector index", directory):
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if mode == "hnsw":
+                self._build_hnsw(directory / HNSW_FILE, normalised)
+            fd = os.open(directory / VECTORS_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                np.save(f, normalised, allow_pickle=False)
+                f.flush()
+                os.fsync(f.fileno())
+            write_private(directory / IDS_FILE, ids_bytes)
+            write_private(directory / META_FILE, json.dumps(meta, sort_keys=True).encode("utf-8"))
 
     @staticmethod
     def _normalised(ids: list[str], vectors: Sequence[Vector]) -> np.ndarray:
@@ -259,7 +264,10 @@ class UsearchIndexFactory:
         # (replay, evaluation). It costs about 2x the graph's build time (16 s against 7.6 s for
         # 20,000 vectors here), which embedding the units dwarfs.
         index.add(np.arange(matrix.shape[0], dtype=np.uint64), matrix, threads=1)
-        index.save(str(path))
+        try:
+            index.save(str(path))
+        except RuntimeError as exc:  # usearch reports a failed write (a full disk) so
+            raise OSError(errno.EIO, f"usearch could not save the graph: {exc}", str(path)) from exc
         os.chmod(path, 0o600)
 
     def open(self, directory: Path) -> UsearchVectorSearcher:

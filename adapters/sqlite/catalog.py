@@ -113,9 +113,13 @@ class SqliteCatalog:
         for a project not in the catalog)."""
         return _storage_location(self._conn, project_id)
 
-    def set_storage_location(self, project_id: str, location: str | None, directories: Mapping[str, str]) -> None:
-        """One transaction: record the location (None: the default) and the new directory of
-        each moved generation (index revision -> directory)."""
+    def set_storage_location(
+        self, project_id: str, location: str | None, directories: Mapping[str, str], forget: Iterable[str] = ()
+    ) -> None:
+        """One transaction: record the location (None: the default), the new directory of each
+        moved generation (index revision -> directory), and forget the generations ``forget``
+        names (gone from disk): their rows go and a pointer naming one becomes NULL."""
+        gone = sorted(set(forget))
         with storage_errors("cannot record project storage"), write_transaction(self._conn) as conn:
             conn.execute("UPDATE projects SET storage_dir = ? WHERE project_id = ?", (location, project_id))
             if conn.changes() == 0:
@@ -124,6 +128,15 @@ class SqliteCatalog:
                 "UPDATE generations SET directory = ? WHERE project_id = ? AND index_revision = ?",
                 [(directory, project_id, revision) for revision, directory in directories.items()],
             )
+            for revision in gone:
+                for column in ("current_revision", "previous_revision"):
+                    conn.execute(
+                        f"UPDATE project_generation_pointers SET {column} = NULL WHERE project_id = ? AND {column} = ?",
+                        (project_id, revision),
+                    )
+                conn.execute(
+                    "DELETE FROM generations WHERE project_id = ? AND index_revision = ?", (project_id, revision)
+                )
             crash_point("catalog.set_storage.before_commit")
 
     def clear_generations(self, project_id: str) -> None:

@@ -81,6 +81,35 @@ class HomeLayout:
         """Models built from shipped weights (the ONNX graph), owner-only like the rest."""
         return self.root / "models"
 
+    @property
+    def evaluation_sources_dir(self) -> Path:
+        """The memory folders ``eval import-beir`` writes, one per project, replaced on import."""
+        return self.root / "evaluation-sources"
+
+    @property
+    def run_dir(self) -> Path:
+        """The daemon's lock file, log and (when the path is short enough) socket."""
+        return self.root / "run"
+
+    @property
+    def demo_dir(self) -> Path:
+        """``memcore demo``'s copy of the shipped demo memory (its project's source)."""
+        return self.root / "demo"
+
+    @property
+    def own_folders(self) -> tuple[Path, ...]:
+        """Every folder the home uses for itself: the one list (a new folder goes here too).
+        A project's Local Storage may lie in none of them, nor anywhere else in the home but
+        its own ``projects/<id>`` (``FileGenerationStore.prepare_location``)."""
+        return (
+            self.projects_dir,
+            self.blobs_dir.parent,
+            self.evaluation_sources_dir,
+            self.models_dir,
+            self.run_dir,
+            self.demo_dir,
+        )
+
     def project_dir(self, project_id: str) -> Path:
         """``projects/<project_id>/``; the id is validated so it can never escape the home."""
         return self.projects_dir / validate_project_id(project_id)

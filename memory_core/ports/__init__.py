@@ -8,6 +8,7 @@ Every port has a real adapter in ``memory_core.adapters`` and an in-memory one i
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
@@ -163,7 +164,31 @@ class GenerationStore(Protocol):
 
     def copy_generations(self, project_id: str, directories: Mapping[str, Path], destination: Path) -> dict[str, Path]:
         """Copy the published generations (index revision -> directory) under ``destination``,
-        each verified against its seal; all or none. Returns their new directories."""
+        each verified against its seal; all or none (a failed write: StorageUnavailable).
+        Returns their new directories."""
+        ...
+
+    def abandon_location(self, project_id: str, destination: Path) -> None:
+        """Undo a move into ``destination`` that did not complete: its copies, and the
+        directories ``prepare_location`` created (never one that was there before)."""
+        ...
+
+    def overlap(self, path: Path, places: Sequence[Path]) -> Path | None:
+        """The first of ``places`` that ``path`` lies in or around (symlinks resolved), else None."""
+        ...
+
+    def gone(self, directory: Path) -> bool:
+        """Whether nothing is left of a published generation (its directory is not there)."""
+        ...
+
+    def building(self, project_id: str) -> AbstractContextManager[None]:
+        """Held while an index reads the pointers, builds, publishes and prunes: shared with
+        other builds of the project; waits while a move or clear of it runs."""
+        ...
+
+    def relocating(self, project_id: str) -> AbstractContextManager[None]:
+        """Held while the project's Local Storage moves or is cleared: exclusive; refused at
+        once (StorageUnavailable, reason ``busy``) while another one, or a build of it, runs."""
         ...
 
 
@@ -204,8 +229,11 @@ class Catalog(ManifestStore, Protocol):
         """The project's recorded Local Storage directory; None: the default place."""
         ...
 
-    def set_storage_location(self, project_id: str, location: str | None, directories: Mapping[str, str]) -> None:
-        """Atomically record the location and the moved generations' directories."""
+    def set_storage_location(
+        self, project_id: str, location: str | None, directories: Mapping[str, str], forget: Iterable[str] = ()
+    ) -> None:
+        """Atomically record the location and the moved generations' directories, and forget
+        the generations ``forget`` names (gone from disk: no pointer may keep naming them)."""
         ...
 
     def clear_generations(self, project_id: str) -> None:

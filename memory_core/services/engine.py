@@ -8,6 +8,7 @@ evaluation ``services/evaluation.py`` and ``services/fixtures.py``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Unpack
@@ -52,6 +53,8 @@ from memory_core.services.open_generations import OpenGenerations
 from memory_core.services.profiles import ProfileView, ProjectProfiles
 from memory_core.services.tuning import tune_project
 
+log = logging.getLogger(__name__)
+
 
 @attrs.frozen
 class ProjectInfo:
@@ -94,8 +97,27 @@ class Engine:
         for source in sources:
             validate_source_path(source.path)
         project = Project(validate_project_id(name), tuple(sources), self.now())
+        self._check_apart_from_storage(project)
         self.catalog.add_project(project)
         return project
+
+    def _check_apart_from_storage(self, project: Project) -> None:
+        """A source in or around any project's Local Storage (this one's future default place
+        too) is refused, as a move into or around a source is: the generations would become
+        memory, be watched, and be deleted with the storage."""
+        owners = [p.project_id for p in self.catalog.list_projects() if p.project_id != project.project_id]
+        places = {self.generations.location(owner): owner for owner in [*owners, project.project_id]}
+        for source in project.sources:
+            place = self.generations.overlap(Path(source.path), list(places))
+            if place is not None:
+                raise InvalidRequest(
+                    f"source {source.path!r} is inside or around the Local Storage of project "
+                    f"{places[place]!r} ({str(place)!r}); give a folder apart from it",
+                    project=project.project_id,
+                    path=source.path,
+                    storage=str(place),
+                    reason="overlaps_storage",
+                )
 
     def list_projects(self) -> list[ProjectInfo]:
         """Every project with its current generation (``None`` before the first index)."""
@@ -152,39 +174,60 @@ class Engine:
     def move_project_storage(self, name: str, destination: str | Path) -> ProjectStorage:
         """Copy the current and previous generations into ``destination`` (empty or new; made
         owner-only), switch the catalog to them in one transaction, then delete the old copy.
-        Any failure before the switch removes the new copies and leaves the old ones serving."""
+        Any failure before the switch removes the new copies (and the folders made for them)
+        and leaves the old ones serving. One move or clear at a time in the home, none while
+        the project indexes (``storage_unavailable``, reason ``busy``); a pointed generation
+        whose folder is gone is forgotten, not carried (it would block every later move)."""
         self.catalog.get_project(name)
-        projects = self.catalog.list_projects()
-        # Not inside another project's storage (removing one would delete the other), nor in
-        # or around a memory source (the generations would become memory, and watched).
-        others = [self.generations.location(p.project_id) for p in projects if p.project_id != name]
-        others += [Path(s.path) for p in projects for s in p.sources]
-        old = self.generations.location(name)
-        dest = self.generations.prepare_location(name, Path(destination), others)
-        pointed = {
-            g.index_revision: Path(g.directory)
-            for g in (self.catalog.current_generation(name), self.catalog.previous_generation(name))
-            if g is not None
-        }
-        moved = self.generations.copy_generations(name, pointed, dest)
-        recorded = None if dest == self.generations.default_location(name) else str(dest)
-        try:
-            self.catalog.set_storage_location(name, recorded, {rev: str(d) for rev, d in moved.items()})
-        except BaseException:
-            self.generations.remove_project(name, dest)
-            raise
-        self._close_generation(name)  # the next activation opens the moved copy
-        self.generations.remove_project(name, old)
+        with self.generations.relocating(name):
+            projects = self.catalog.list_projects()
+            # Not inside another project's storage (removing one would delete the other), nor in
+            # or around a memory source (the generations would become memory, and watched).
+            others = [self.generations.location(p.project_id) for p in projects if p.project_id != name]
+            others += [Path(s.path) for p in projects for s in p.sources]
+            old = self.generations.location(name)
+            dest = self.generations.prepare_location(name, Path(destination), others)
+            pointed, gone = self._pointed_generations(name)
+            recorded = None if dest == self.generations.default_location(name) else str(dest)
+            try:
+                moved = self.generations.copy_generations(name, pointed, dest)
+                directories = {rev: str(d) for rev, d in moved.items()}
+                self.catalog.set_storage_location(name, recorded, directories, forget=gone)
+            except BaseException:
+                self.generations.abandon_location(name, dest)
+                raise
+            self._close_generation(name)  # the next activation opens the moved copy
+            self.generations.remove_project(name, old)
         return self.project_storage(name)
+
+    def _pointed_generations(self, name: str) -> tuple[dict[str, Path], list[str]]:
+        """The current and previous generations to carry (index revision -> directory), and
+        the revisions of those whose folder is gone (deleted by hand, say), to forget."""
+        pointed: dict[str, Path] = {}
+        gone: list[str] = []
+        for role, g in (
+            (CURRENT, self.catalog.current_generation(name)),
+            (PREVIOUS, self.catalog.previous_generation(name)),
+        ):
+            if g is None:
+                continue
+            if self.generations.gone(Path(g.directory)):
+                log.warning("project %s: the %s generation %s is gone from %s; the move forgets it",
+                            name, role, g.index_revision, g.directory)  # fmt: skip
+                gone.append(g.index_revision)
+            else:
+                pointed[g.index_revision] = Path(g.directory)
+        return pointed, gone
 
     def clear_project_storage(self, name: str) -> ProjectStorage:
         """Delete the project's generations; ``memcore index`` rebuilds them (unchanged units
         from the embedding cache). Meanwhile an activation is ``project_not_indexed``, a failed
-        Run, as for a project never indexed."""
+        Run, as for a project never indexed. Refused while a move or an index of it runs."""
         self.catalog.get_project(name)
-        self.catalog.clear_generations(name)  # rows first: no pointer to a deleted directory
-        self._close_generation(name)
-        self.generations.prune(name, keep=set())
+        with self.generations.relocating(name):
+            self.catalog.clear_generations(name)  # rows first: no pointer to a deleted directory
+            self._close_generation(name)
+            self.generations.prune(name, keep=set())
         return self.project_storage(name)
 
     def _close_generation(self, name: str) -> None:

@@ -106,6 +106,14 @@ class Indexer:
         )
 
     def index(self, project_id: str, *, force: bool = False, progress: Progress = _no_progress) -> IndexReport:
+        # From its first read of the pointers to its last prune, the build's Local Storage stays
+        # where it is: it waits for a move under way, and a move is refused while it runs (no
+        # staging directory or new generation left in a place a move has just emptied).
+        self.catalog.get_project(project_id)  # project_not_found before any lock is taken
+        with self.generations.building(project_id):
+            return self._index(project_id, force=force, progress=progress)
+
+    def _index(self, project_id: str, *, force: bool, progress: Progress) -> IndexReport:
         started = time.perf_counter()
         project = self.catalog.get_project(project_id)
         # --force hashes every file anew: a cached hash is stale after an edit the file's stamp
