@@ -69,7 +69,8 @@ def _freshness_lines(freshness: dict[str, Any] | None) -> list[str]:
 
 
 def activation_text(result: dict[str, Any]) -> str:
-    """What a model reads of an answer: a summary line, how fresh it is, each fragment's text
+    """What a model reads of an answer: a summary line, why it is empty when a ranking setting
+    emptied it (its notices), how fresh it is, each fragment's text
     under its id (whose prefix is the file's resource id) and headings, and the activation_state
     to send back. Uris, scores, revisions and latencies stay in the structured content."""
     fragments, totals = result["fragments"], result["totals"]
@@ -78,6 +79,7 @@ def activation_text(result: dict[str, Any]) -> str:
     run = f"run {result['run_id']}" if result.get("run_id") else "not recorded"
     lines = [f"{len(fragments)} fragments of project {result['project_id']} ({said}; "
              f"{totals['tokens']} of {totals['budget']} tokens; {run})"]  # fmt: skip
+    lines += [f"notice[{n['code']}]: {n['message']}" for n in result.get("notices") or ()]
     lines += _freshness_lines(result.get("freshness"))
     for f in fragments:
         where = " > ".join(f["heading_path"])

@@ -30,7 +30,9 @@ TOOL_DESCRIPTION = (
     "means files changed since it was built (changed_resources of them; reindex_pending: a "
     "re-index is under way, ask again shortly); stale_resources were edited since, so their "
     "fragments' text may be out of date, and missing_resources were deleted: prefer reading those"
-    " files directly. live false: freshness is unknown (error says why)."
+    " files directly. live false: freshness is unknown (error says why). 'notices' says why an "
+    "answer is empty when the project's ranking profile emptied it (a person changes the profile;"
+    " asking again will not help)."
 )
 LIST_TOOL_NAME = "list_projects"
 LIST_TOOL_TITLE = "List memory projects"

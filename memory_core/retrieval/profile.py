@@ -9,18 +9,23 @@ place a settings document is checked: unknown keys, wrong types and out-of-range
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
 from memory_core.domain.canonical import hash_json
 from memory_core.domain.errors import InvalidRequest
+from memory_core.domain.text_rules import label_problem
 
 MAX_QUERY_CHARS = 2_000
 MIN_BUDGET = 1
 MAX_BUDGET = 100_000
 MAX_DEPTH = 1_000  # lexical, dense and rerank depths: a bound on the work one activation does
+# No reranker scores beyond it (the fusion reranker within [0, 1 + exact_bonus], a cross-encoder's
+# logits within tens): a floor past it would only ever empty the answer. A reranker that states its
+# range bounds the floor more tightly (``ranking_from_settings``).
+MAX_SCORE_FLOOR = 1_000.0
 
 
 def _within(lo: float, hi: float) -> Any:
@@ -29,11 +34,6 @@ def _within(lo: float, hi: float) -> Any:
             raise InvalidRequest(f"{attribute.name} must be within [{lo:g}, {hi:g}], got {value!r}", key=attribute.name)
 
     return check
-
-
-def _finite(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidRequest(f"{attribute.name} must be a finite number, got {value!r}", key=attribute.name)
 
 
 # BM25's k1 and b, the one place every lexical index takes them from: the conventional values
@@ -53,8 +53,9 @@ class RankingProfile:
     token_budget: int = attrs.field(default=1_200, validator=_within(MIN_BUDGET, MAX_BUDGET))
     max_fragments: int = attrs.field(default=8, validator=_within(1, MAX_DEPTH))
     per_resource_limit: int = attrs.field(default=2, validator=_within(1, MAX_DEPTH))
-    # Final-score floor for selection; the default fusion reranker scores in [0, 1.x].
-    min_final_score: float = attrs.field(default=0.0, validator=_finite)
+    # Final-score floor for selection, on reranked units; the default fusion reranker scores in
+    # [0, 1 + exact_bonus].
+    min_final_score: float = attrs.field(default=0.0, validator=_within(-MAX_SCORE_FLOOR, MAX_SCORE_FLOOR))
     bm25_k1: float = BM25_K1
     bm25_b: float = BM25_B
 
@@ -101,6 +102,10 @@ def check_setting_type(key: str, value: Any) -> None:
     if key == "name":
         if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME_CHARS or "@" in value:
             raise InvalidRequest(f"name must be 1 to {MAX_NAME_CHARS} characters without '@', got {value!r}", key=key)
+        # Every revision a Run, a response and the CLI show starts with it.
+        problem = label_problem(value)
+        if problem is not None:
+            raise InvalidRequest(f"name {problem}: got {value!r}", key=key)
     elif key == "normalisation":
         if not isinstance(value, str):
             raise InvalidRequest(f"normalisation must be a string, got {value!r}", key=key)
@@ -112,11 +117,16 @@ def check_setting_type(key: str, value: Any) -> None:
 
 
 def ranking_from_settings(
-    document: object, base: RankingProfile | None = None, check_fusion: Any = None
+    document: object,
+    base: RankingProfile | None = None,
+    fusion_scores: Callable[..., tuple[float, float]] | None = None,
 ) -> ProjectRanking:
     """A project's ranking from its settings document (``{"name": ..., "rrf_k": 30, "alpha": 0.5}``;
-    keys left out keep ``base``'s values, the engine's profile). ``check_fusion(**fusion)``
-    validates the fusion keys (the reranker's own constructor), so their ranges live with it."""
+    keys left out keep ``base``'s values, the engine's profile). ``fusion_scores(**fusion)``
+    validates the fusion keys (the reranker's own constructor, so their ranges live with it) and
+    gives the range of the scores that reranker gives: a ``min_final_score`` above it would empty
+    every answer, below it would be no floor, so either is refused. None: no such reranker (the
+    profile's own bounds apply)."""
     if not isinstance(document, Mapping):
         raise InvalidRequest("a ranking profile is a JSON object of settings")
     unknown = sorted(str(k) for k in document if k not in SETTING_KEYS)
@@ -126,14 +136,20 @@ def ranking_from_settings(
         )
     for key, value in document.items():
         check_setting_type(key, value)
-    profile = attrs.evolve(
-        base or RankingProfile(),
-        name=document.get("name", "project"),
-        **{k: document[k] for k in PROFILE_KEYS if k in document},
-    )
+    base = base or RankingProfile()
     fusion = {k: document[k] for k in FUSION_KEYS if k in document}
-    if check_fusion is not None and fusion:
-        check_fusion(**fusion)
+    if fusion_scores is not None:  # before the profile's own, wider bound: this one says more
+        lo, hi = fusion_scores(**fusion)
+        floor = document.get("min_final_score", base.min_final_score)
+        if not lo <= floor <= hi:
+            raise InvalidRequest(
+                f"min_final_score must be within [{lo:g}, {hi:g}], the scores the reranker gives (a higher "
+                f"floor would return nothing), got {floor!r}",
+                key="min_final_score",
+            )
+    profile = attrs.evolve(
+        base, name=document.get("name", "project"), **{k: document[k] for k in PROFILE_KEYS if k in document}
+    )
     return ProjectRanking(profile, fusion)
 
 

@@ -30,6 +30,9 @@ from memory_core.retrieval.pipeline import RerankInput
 
 MAX, MINMAX = "max", "minmax"
 NORMALISATIONS = (MAX, MINMAX)
+# A bonus of 1 already puts every exact match above every other unit; a larger one changes no
+# order, a negative one would punish naming the unit.
+MAX_EXACT_BONUS = 10.0
 
 
 @attrs.frozen
@@ -42,6 +45,11 @@ class ConvexFusionReranker:
     def __attrs_post_init__(self) -> None:
         if not 0.0 <= self.alpha <= 1.0:
             raise InvalidRequest(f"alpha must be within [0, 1], got {self.alpha!r}", alpha=self.alpha)
+        if not 0.0 <= self.exact_bonus <= MAX_EXACT_BONUS:
+            raise InvalidRequest(
+                f"exact_bonus must be within [0, {MAX_EXACT_BONUS:g}], got {self.exact_bonus!r}",
+                exact_bonus=self.exact_bonus,
+            )
         if not -1.0 <= self.cosine_floor < 1.0:
             raise InvalidRequest(
                 f"cosine_floor must be within [-1, 1), got {self.cosine_floor!r}", cosine_floor=self.cosine_floor
@@ -58,6 +66,11 @@ class ConvexFusionReranker:
             f"convex-fusion-v2(norm={self.normalisation},alpha={self.alpha:g},"
             f"exact={self.exact_bonus:g},floor={self.cosine_floor:g})"
         )
+
+    @property
+    def score_range(self) -> tuple[float, float]:
+        """Every score it gives lies here: both parts in [0, 1] (up to rounding), plus the bonus."""
+        return 0.0, 1.0 + self.exact_bonus
 
     def _lexical_range(self, candidates: Sequence[RerankInput]) -> tuple[float, float]:
         lexical = [c.bm25_score for c in candidates if c.bm25_score is not None]

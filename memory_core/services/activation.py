@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -37,7 +37,7 @@ from memory_core.ports import (
 from memory_core.ports.runs import RunRecorder
 from memory_core.retrieval.activation_state import ActivationState
 from memory_core.retrieval.exact import REVISION as EXACT_REVISION
-from memory_core.retrieval.pipeline import SELECTED, Candidate, apply_rerank, fuse
+from memory_core.retrieval.pipeline import BELOW_SCORE_THRESHOLD, SELECTED, Candidate, apply_rerank, fuse
 from memory_core.retrieval.profile import MAX_BUDGET, MAX_QUERY_CHARS, MIN_BUDGET, RankingProfile
 from memory_core.retrieval.selection import Limits, select
 from memory_core.runs.records import RunFailure, RunStart, RunTrace
@@ -87,6 +87,38 @@ class Fragment:
         )
 
 
+# Notice codes: why an answer holds no fragment although the query had candidates, when a setting
+# of the project's ranking profile emptied it (the candidates' exclusion codes in the Run say more).
+SCORE_FLOOR_REMOVED_ALL = "score_floor_removed_all"
+NO_RERANK_WINDOW = "no_rerank_window"
+
+
+@attrs.frozen
+class Notice:
+    """Something about an answer its caller should know: a stable code and what it means here."""
+
+    code: str
+    message: str
+
+
+def empty_answer_notices(candidates: Sequence[Candidate], profile: RankingProfile) -> tuple[Notice, ...]:
+    """Why selection took nothing from ``candidates`` when the profile's floor or window did it
+    (an empty answer from an empty project, or the budget, needs no notice)."""
+    if not candidates or any(c.disposition == SELECTED for c in candidates):
+        return ()
+    reranked = [c for c in candidates if c.rerank_rank is not None]
+    below = sum(c.exclusion_code == BELOW_SCORE_THRESHOLD for c in candidates)
+    if below:
+        best = max(c.final_score for c in reranked)
+        said = (f"no fragment returned: {below} of the {len(reranked)} reranked candidates scored below the "
+                f"ranking profile's min_final_score {profile.min_final_score:g} (the best {best:.4g})")  # fmt: skip
+        return (Notice(SCORE_FLOOR_REMOVED_ALL, said),)
+    if not reranked:
+        return (Notice(NO_RERANK_WINDOW, "no fragment returned: the ranking profile's rerank_depth is 0, and only "
+                                         "reranked candidates are selectable"),)  # fmt: skip
+    return ()
+
+
 @attrs.frozen
 class ActivationResponse:
     run_id: str | None
@@ -99,6 +131,10 @@ class ActivationResponse:
     totals: Mapping[str, int]
     latency_ms: Mapping[str, float]
     freshness: Freshness
+    notices: tuple[Notice, ...] = attrs.field(default=(), metadata={"schema": {"description": (
+        f"why the answer is empty when the project's ranking profile emptied it: {SCORE_FLOOR_REMOVED_ALL} (its "
+        f"min_final_score is above every reranked candidate's score), {NO_RERANK_WINDOW} (its rerank_depth is 0)"
+    )}})  # fmt: skip
 
 
 @attrs.frozen
@@ -298,6 +334,7 @@ def activate(
         totals={**totals, "candidates": len(candidates), "budget": token_budget},
         latency_ms=dict(clock.latency_ms),
         freshness=freshness,
+        notices=empty_answer_notices(candidates, ranking.profile),
     )
     return Activation(response, tuple(candidates))
 

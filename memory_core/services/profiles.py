@@ -50,8 +50,8 @@ class ProjectProfiles:
         """The ranking a settings document gives; ``InvalidRequest`` names a bad key or value."""
         reranker = self.default_reranker
         convex = reranker if isinstance(reranker, ConvexFusionReranker) else None
-        check = (lambda **fusion: attrs.evolve(convex, **fusion)) if convex is not None else None
-        parsed = ranking_from_settings(settings, self.default_profile, check)
+        scores = (lambda **fusion: attrs.evolve(convex, **fusion).score_range) if convex is not None else None
+        parsed = ranking_from_settings(settings, self.default_profile, scores)
         if parsed.fusion:
             if convex is None:
                 raise InvalidRequest(
@@ -69,7 +69,16 @@ class ProjectProfiles:
         hit = self._parsed.get(project_id)
         if hit is not None and hit[0] == key:
             return hit[1]
-        ranking = self.ranking_of(stored.settings)
+        try:
+            ranking = self.ranking_of(stored.settings)
+        except InvalidRequest as exc:
+            # Stored before a check of today refused it (a floor above every score, issue 30):
+            # say which version it is and the way out, rather than rank with something else.
+            raise InvalidRequest(
+                f"project {project_id!r}'s ranking profile version {stored.version} is no longer accepted: "
+                f"{exc.message}; set new settings or restore another version (0: the defaults)",
+                **{**exc.details, "project": project_id, "version": stored.version},
+            ) from exc
         self._parsed[project_id] = (key, ranking)
         return ranking
 

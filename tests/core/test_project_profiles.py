@@ -12,6 +12,7 @@ import pytest
 from memory_core.domain.errors import InvalidRequest, ProjectNotFound
 from memory_core.domain.evaluation_errors import EvaluationSetEmpty, TuningNotFound
 from memory_core.domain.model import Layer, Source
+from memory_core.services.activation import NO_RERANK_WINDOW, SCORE_FLOOR_REMOVED_ALL
 from memory_core.services.beir_import import EngineWorkspace
 from tests.core.test_engine import ORG, PROJ, SpyRecorder, make_engine
 
@@ -57,6 +58,10 @@ def test_a_project_profile_changes_how_it_ranks_and_every_run_records_it() -> No
         ({"normalisation": "zscore"}, "normalisation must be one of"),
         ({"min_final_score": float("nan")}, "finite"),
         ({"name": "a@b"}, "name must be"),
+        ({"name": "gate\x00"}, r"name holds a control character \(U\+0000\)"),
+        ({"name": "tuned\u202egpj.exe"}, r"name holds a bidirectional control \(U\+202E\)"),
+        ({"min_final_score": 1e300}, r"min_final_score must be within \[0, 2\]"),
+        ({"exact_bonus": 1e300}, r"exact_bonus must be within \[0, 10\]"),
         (["rrf_k"], "JSON object"),
     ],
 )
@@ -65,6 +70,38 @@ def test_bad_settings_are_refused_and_nothing_is_stored(settings: Any, message: 
     with pytest.raises(InvalidRequest, match=message):
         engine.set_project_profile("demo", settings)
     assert engine.project_profile("demo").history == ()
+
+
+def test_an_answer_emptied_by_the_profile_says_so_and_a_full_one_says_nothing() -> None:
+    engine = engine_with_other()
+    query = "where is the coffee"  # no exact identity match: every reranked score is at most 1
+    assert engine.activate("demo", query).response.notices == ()
+    engine.set_project_profile("demo", {"name": "strict", "min_final_score": 1.5})
+    activation = engine.activate("demo", query)
+    (notice,) = activation.response.notices
+    reranked = [c for c in activation.candidates if c.rerank_rank is not None]
+    assert activation.response.fragments == () and notice.code == SCORE_FLOOR_REMOVED_ALL
+    assert {c.exclusion_code for c in reranked} == {"below_score_threshold"}
+    best = max(c.final_score for c in reranked)
+    assert notice.message == (f"no fragment returned: {len(reranked)} of the {len(reranked)} reranked "
+                              f"candidates scored below the ranking profile's min_final_score 1.5 "
+                              f"(the best {best:.4g})")  # fmt: skip
+    engine.set_project_profile("demo", {"name": "gate", "rerank_depth": 0})
+    (notice,) = engine.activate("demo", query).response.notices
+    assert notice.code == NO_RERANK_WINDOW and "rerank_depth is 0" in notice.message
+    engine.set_project_profile("demo", {"name": "tight", "token_budget": 1})  # the budget, not the profile's floor
+    tight = engine.activate("demo", query).response
+    assert tight.fragments == () and tight.notices == ()
+
+
+def test_a_stored_profile_that_todays_checks_refuse_names_its_version_and_the_way_out() -> None:
+    engine = engine_with_other()
+    engine.set_project_profile("demo", {"name": "fine"})
+    engine.profile_store.add_profile("demo", {"name": "old", "min_final_score": 1e300}, "file")  # stored unchecked
+    with pytest.raises(InvalidRequest, match="ranking profile version 2 is no longer accepted: min_final_score"):
+        engine.activate("demo", QUERIES[0])
+    back = engine.restore_project_profile("demo", 1)
+    assert back.ranking_profile.startswith("fine@") and engine.activate("demo", QUERIES[0]).response.fragments
 
 
 def test_settings_and_a_tuning_id_are_one_or_the_other_and_the_project_must_exist() -> None:

@@ -71,3 +71,53 @@ def test_the_cli_sets_shows_and_restores_through_the_daemon(daemon: Daemon) -> N
     assert none.returncode != 0 and "has no Evaluation Cases" in none.stderr
     back = memcore(daemon, "project", "profile", "restore", "notes", "--json")
     assert back.returncode == 0 and json.loads(back.stdout)["in_use"]["source"].startswith("restore:")
+
+
+@pytest.mark.parametrize(
+    ("settings", "key", "message"),
+    [
+        ({"name": "gate\x00"}, "name", r"name holds a control character \(U\+0000\)"),
+        ({"name": "notes\u202ecod.exe"}, "name", r"name holds a bidirectional control \(U\+202E\)"),
+        ({"min_final_score": 1e300}, "min_final_score", r"min_final_score must be within \[0, 2\]"),
+    ],
+)
+def test_a_hostile_name_or_a_floor_above_every_score_is_refused_and_nothing_stored(
+    daemon: Daemon, settings: dict[str, object], key: str, message: str
+) -> None:
+    before = daemon.client.show_project_profile("notes").history
+    with pytest.raises(InvalidRequest, match=message) as refused:
+        daemon.client.set_project_profile("notes", settings)
+    assert refused.value.code == "invalid_request" and refused.value.details["key"] == key
+    assert daemon.client.show_project_profile("notes").history == before
+
+
+def test_the_cli_names_the_floors_range(daemon: Daemon) -> None:
+    bad = memcore(daemon, "project", "profile", "set", "notes", "--file", "-", stdin='{"min_final_score": 1e300}')
+    assert bad.returncode != 0 and "min_final_score must be within [0, 2]" in bad.stderr
+
+
+def test_an_answer_the_floor_emptied_says_so_in_the_response_and_the_mcp_text(daemon: Daemon) -> None:
+    from memory_core.entrypoints.mcp.replies import activation_text
+    from memory_core.entrypoints.mcp.server import Forwarder
+
+    question = "how do I roll back a deploy?"
+    assert daemon.client.activate_memory("notes", question).notices == ()
+    daemon.client.set_project_profile("notes", {"name": "strict", "min_final_score": 2.0})  # the top of [0, 2]
+    forwarder = Forwarder(daemon.home, start_timeout_s=60)
+    try:
+        response = daemon.client.activate_memory("notes", question)
+        assert response.fragments == () and [n.code for n in response.notices] == ["score_floor_removed_all"]
+        run = daemon.client.get_retrieval_run(response.run_id)
+        reranked = [c for c in run.candidates if c.rerank_rank is not None]
+        assert reranked and {c.exclusion_code for c in reranked} == {"below_score_threshold"}
+        assert f"{len(reranked)} of the {len(reranked)} reranked candidates" in response.notices[0].message
+
+        structured = forwarder.activate({"project": "notes", "query": question})  # what the MCP tool returns
+        assert structured["fragments"] == [] and structured["notices"][0]["code"] == "score_floor_removed_all"
+        lines = activation_text(structured).splitlines()
+        assert lines[0].startswith("0 fragments of project notes")
+        assert lines[1] == f"notice[score_floor_removed_all]: {structured['notices'][0]['message']}"
+        assert "min_final_score 2 (the best " in lines[1]
+    finally:
+        forwarder.close()
+        daemon.client.restore_project_profile("notes", 0)

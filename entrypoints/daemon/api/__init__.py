@@ -29,8 +29,9 @@ from memory_core.services.activation import ActivationResponse, Fragment
 from memory_core.services.engine import ProjectInfo
 from memory_core.services.indexing import IndexReport
 
-API_VERSION = "1.3.0"  # 1.1: Evaluation Set methods; 1.2: Project Local Storage, remove_project purge;
-# 1.3: ranking profiles and tuning, candidate spans and passages (issue 18)
+API_VERSION = "1.4.0"  # 1.1: Evaluation Set methods; 1.2: Project Local Storage, remove_project purge;
+# 1.3: ranking profiles and tuning, candidate spans and passages (issue 18); 1.4: an activation's
+# notices (issue 30)
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a 10,000-unit activation state is about 0.9 MiB
 # import_evaluation_set carries whole fixtures (corpus bodies included): its own, larger limit.
 MAX_IMPORT_BODY_BYTES = 256 << 20
