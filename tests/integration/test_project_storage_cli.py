@@ -16,6 +16,7 @@ import pytest
 from memory_core.adapters.system.home import HomeLayout
 from tests.daemon.test_server import Daemon, memory_folder
 from tests.integration.test_cli_modes import differences, memcore
+from tests.reliability.full_disk import TMPFS, FullDisk
 
 pytestmark = pytest.mark.slow
 QUESTION = "how do I roll back a deploy?"
@@ -52,7 +53,15 @@ def session(home: Path, memory: Path, other: Path, dest: Path) -> dict[str, Any]
     out["refused"] = [refused.returncode, refused.stderr.split(":")[0], "not_empty" in refused.stderr]
     assert (full / "mine.txt").read_text() == "keep me"
 
+    # Nowhere in the home's own folders: `eval import-beir` replaces evaluation-sources/<id> whole.
+    in_home = HomeLayout.at(home).evaluation_sources_dir / "notes"
+    refused = memcore(home, "project", "storage", "move", "notes", str(in_home), check=False)
+    out["in home"] = [refused.returncode, refused.stderr.split(":")[0], "in_home" in refused.stderr, in_home.exists()]
+
     out["move"] = j("project", "storage", "move", "notes", str(dest))
+    # Nor, the other way round, a new source in or around a storage location.
+    inside = memcore(home, "project", "add", "inside", "--source", str(dest / "generations"), check=False)
+    out["source in storage"] = [inside.returncode, inside.stderr.split(":")[0], "overlaps_storage" in inside.stderr]
     out["dest mode"] = oct(stat.S_IMODE(dest.stat().st_mode))
     out["old gone"] = not (HomeLayout.at(home).projects_dir / "notes").exists()
     now = {"runs": j("runs", "list", "--limit", "100"), "cases": j("eval", "case", "list")}
@@ -98,6 +107,8 @@ def check(result: dict[str, Any], home: Path, dest: Path) -> None:
     assert [g["role"] for g in result["show"]["generations"]] == ["current"]
     assert result["show"]["size_bytes"] >= result["show"]["generations"][0]["size_bytes"] > 0
     assert result["refused"] == [2, "error[invalid_storage_location]", True]
+    assert result["in home"] == [2, "error[invalid_storage_location]", True, False]
+    assert result["source in storage"] == [2, "error[invalid_request]", True]
     assert result["move"]["location"] == str(dest.resolve()) and result["move"]["default_location"] is False
     assert result["dest mode"] == "0o700" and result["old gone"] is True
     assert result["kept after move"] is True
@@ -160,3 +171,31 @@ def test_storage_commands_embedded(tmp_path: Path) -> None:
     removed = j("project", "remove", "notes", "--purge", "--yes")
     assert (removed["removed"], removed["purged"], removed["deleted_runs"]) == ("notes", True, 1)
     assert not dest.exists()
+
+
+def test_a_full_disk_during_a_move_through_the_daemon(tmp_path: Path) -> None:
+    """A real ENOSPC (a full tmpfs) while the daemon copies the generations: storage_unavailable
+    naming the destination, the folder the move made removed, the old place still serving."""
+    disk = FullDisk(tmp_path / "disk")
+    if disk.mode != TMPFS:  # the daemon's job process cannot be patched from here
+        disk.close()
+        pytest.skip("mounting a tmpfs is refused here; test_project_storage_safety.py injects ENOSPC instead")
+    home, store = tmp_path / "home", disk.directory / "store"
+    daemon = Daemon(home, tmp_path / "daemon.log")
+    try:
+        memcore(home, "project", "add", "notes", "--source", str(memory_folder(tmp_path / "memory")))
+        memcore(home, "index", "notes")
+        before = json.loads(memcore(home, "project", "storage", "show", "notes", "--json").stdout)
+        disk.fill()
+        failed = memcore(home, "project", "storage", "move", "notes", str(store), "--json", check=False)
+        error = json.loads(failed.stdout)["error"]
+        store_left = store.exists()  # before the tmpfs goes
+        after = json.loads(memcore(home, "project", "storage", "show", "notes", "--json").stdout)
+        answered = json.loads(memcore(home, "activate", "notes", QUESTION, "--json").stdout)
+    finally:
+        assert daemon.stop() == 0
+        disk.close()
+    assert failed.returncode == 1 and error["code"] == "storage_unavailable", error
+    assert error["details"]["path"] == str(store.resolve()) and error["details"]["errno"] == "ENOSPC"
+    assert not store_left
+    assert after == before and answered["response"]["fragments"]
