@@ -10,7 +10,8 @@ import pytest
 
 from memory_core.adapters.files.generation_store import UNITS, FileGenerationStore
 from memory_core.adapters.in_memory.storage import InMemoryGenerationStore
-from memory_core.domain.errors import GenerationCorrupted, InvalidStorageLocation
+from memory_core.adapters.system.home import HomeLayout
+from memory_core.domain.errors import GenerationCorrupted, InvalidStorageLocation, StorageUnavailable
 from tests.contracts.test_generation_store import UNITS_A, UNITS_B, publish
 
 
@@ -85,3 +86,61 @@ def test_a_file_store_refuses_a_non_empty_destination_and_copies_nothing_damaged
         store.copy_generations("alpha", {"rev1": directory}, dest)
     assert not (dest / "generations").exists()  # no half copy left behind
     assert (directory / UNITS).read_bytes() == b"tampered\n"  # the original untouched
+
+
+def test_a_failed_move_is_abandoned_and_gone_generations_are_told_apart(located):
+    store, where, elsewhere = located
+    rev1 = publish(store, "alpha", "rev1", UNITS_A)
+    dest = store.prepare_location("alpha", elsewhere / "new" / "alpha", taken=[])
+    moved = store.copy_generations("alpha", {"rev1": rev1}, dest)
+    assert not store.gone(rev1) and not store.gone(moved["rev1"])
+    store.abandon_location("alpha", dest)  # the catalog switch failed
+    assert store.gone(moved["rev1"]) and not store.gone(rev1)
+    assert store.load_units(rev1) == UNITS_A  # the original serves on
+    assert store.gone(store.generation_dir("alpha", "never"))
+
+
+def test_overlap_is_in_or_around_in_both_orders(located):
+    store, _, elsewhere = located
+    places = [elsewhere / "a", elsewhere / "b"]
+    assert store.overlap(elsewhere / "a" / "x", places) == elsewhere / "a"
+    assert store.overlap(elsewhere, places) == elsewhere / "a"
+    assert store.overlap(elsewhere / "b", places) == elsewhere / "b"
+    assert store.overlap(elsewhere / "c", places) is None
+    assert store.overlap(elsewhere / "ab", places) is None  # a prefix of the name is not a parent
+
+
+def test_a_file_store_keeps_moves_out_of_its_home_and_removes_only_what_it_made(tmp_path):
+    layout = HomeLayout.at(tmp_path / "home")
+    store = FileGenerationStore(layout.projects_dir, home=layout)
+    publish(store, "alpha", "rev1", UNITS_A)
+    for place in [*(f / "alpha" for f in layout.own_folders if f != layout.projects_dir), layout.root / "x"]:
+        with pytest.raises(InvalidStorageLocation) as refused:
+            store.prepare_location("alpha", place, taken=[])
+        assert refused.value.details["reason"] == "in_home" and not place.exists()
+    made = store.prepare_location("alpha", tmp_path / "a" / "b" / "c", taken=[])
+    store.abandon_location("alpha", made)
+    assert not (tmp_path / "a").exists()  # every folder the move made, deepest first
+    (tmp_path / "mine").mkdir()
+    given = store.prepare_location("alpha", tmp_path / "mine", taken=[])
+    store.copy_generations("alpha", {"rev1": store.generation_dir("alpha", "rev1")}, given)
+    store.abandon_location("alpha", given)
+    assert (tmp_path / "mine").is_dir() and list((tmp_path / "mine").iterdir()) == []  # the user's stays
+
+
+def test_a_file_store_moves_one_at_a_time_and_not_during_a_build(tmp_path):
+    store = FileGenerationStore(tmp_path / "projects")
+    other = FileGenerationStore(tmp_path / "projects")  # another process's store on the same home
+    with store.relocating("alpha"):
+        for busy in (lambda: other.relocating("alpha"), lambda: other.relocating("beta")):
+            with pytest.raises(StorageUnavailable) as refused, busy():
+                pass
+            assert refused.value.details["reason"] == "busy"
+    with store.building("alpha"), other.building("alpha"):  # builds share
+        with pytest.raises(StorageUnavailable) as refused, other.relocating("alpha"):
+            pass
+        assert "index" in refused.value.message
+        with other.relocating("beta"):  # another project's move is not held up
+            pass
+    with other.relocating("alpha"):  # all released
+        pass
