@@ -5,7 +5,10 @@ came for ``STEP_MS`` (at most ``DEBOUNCE_MS``), so an editor's save (a temp file
 is one batch and a burst of thousands of writes a few. Where the OS runs out of watches (Linux's
 ``fs.inotify.max_user_watches``) the watch falls back to polling. A source folder that goes (or is
 replaced, unreadable or a file) is reported with the scanner's own ``source_unavailable`` error
-and looked for again every ``RETRY_S``. Everything is reported to the owner (the ``Watcher``).
+and looked for again every ``RETRY_S``. A changed name that is not valid UTF-8 (the scanner skips
+it) makes ``watchfiles`` drop its whole batch with an error: the watch starts again and reports the
+sources changed (a scan), never unavailable. A folder so named stops the OS watch as it starts:
+the watch falls back to polling, which starts. Everything is reported to the owner (the ``Watcher``).
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ class WatchOwner(Protocol):
 
     def report_watch_limit(self, project_id: str, exc: BaseException) -> None: ...
 
+    def report_undecodable_folder(self, project_id: str, exc: BaseException) -> None: ...
+
 
 def default_watch() -> WatchFn:
     import watchfiles
@@ -78,6 +83,11 @@ def is_watch_limit(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and "watch limit" in str(exc).lower()
 
 
+def is_undecodable_name(exc: BaseException) -> bool:
+    """``watchfiles``' error for a changed path that is not valid UTF-8 (its batch is lost with it)."""
+    return "unable to decode path" in str(exc).lower()
+
+
 # -- one project's watch ----------------------------------------------------------------------
 class SourceWatch:
     """A thread following one project's source folders; reports batches and problems to the Watcher."""
@@ -89,6 +99,7 @@ class SourceWatch:
         self.polling = False
         # Off at first: with it on, watchfiles also hides the OS running out of watches.
         self.ignore_denied = False
+        self.rescan = False  # a batch was lost: report the roots changed once the watch is back
         self.thread = threading.Thread(target=self._run, name=f"watch-{project.project_id}", daemon=True)
 
     def start(self) -> None:
@@ -137,6 +148,16 @@ class SourceWatch:
             try:
                 self._follow(roots)
             except Exception as exc:
+                if is_undecodable_name(exc):
+                    if not self.rescan:
+                        self.rescan = True  # the next watch reports the sources changed once it runs
+                        continue
+                    # Again before the new watch ran: a folder so named fails the OS watch at its start.
+                    self.owner.report_changes(pid, [r for r, _ in roots])
+                    if not self.polling:
+                        self.polling = True
+                        self.owner.report_undecodable_folder(pid, exc)
+                    continue
                 if is_watch_limit(exc) and not self.polling:
                     self.polling = True
                     self.owner.report_watch_limit(pid, exc)
@@ -164,6 +185,9 @@ class SourceWatch:
             poll_delay_ms=POLL_DELAY_MS,
             ignore_permission_denied=self.ignore_denied,
         ):
+            if self.rescan:  # following again: a scan from now on misses nothing the lost batch held
+                self.rescan = False
+                self.owner.report_changes(self.project.project_id, paths)
             if changes:
                 kept = relevant_paths(changes, paths)
                 if kept:

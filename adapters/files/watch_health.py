@@ -25,10 +25,22 @@ WATCHING, POLLING, SOURCE_UNAVAILABLE, STOPPED, NOT_WATCHED = (
     "not_watched",
 )
 WATCH_LIMIT = "watch_limit_reached"  # the code of the health error when inotify ran out of watches
+UNDECODABLE_FOLDER = "undecodable_folder_name"  # ... when a folder's name stops the OS watch (polling)
+
+# A failed re-index (a full disk, storage gone) is tried again after RETRY_FIRST_S, doubling per
+# failure up to RETRY_MAX_S: never a busy loop, and a failure that clears is caught up in a minute.
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 60.0
 
 
-def utc_now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def retry_delay(failures: int) -> float:
+    """Seconds until the next try after ``failures`` re-indexes failed in a row (at least 1)."""
+    return float(min(RETRY_FIRST_S * 2 ** min(failures - 1, 16), RETRY_MAX_S))
+
+
+def utc_now(after_s: float = 0.0) -> str:
+    at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=after_s)
+    return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 # -- health values ----------------------------------------------------------------------------
@@ -41,9 +53,9 @@ class HealthError:
 
 @attrs.frozen
 class ReindexRecord:
-    """One re-index the daemon ran for a project (a watch batch, a request or the start-up check)."""
+    """One re-index the daemon ran for a project (a watch batch, a request, the start-up check, a retry)."""
 
-    trigger: str = attrs.field(metadata={"schema": {"enum": ["watch", "request", "start"]}})
+    trigger: str = attrs.field(metadata={"schema": {"enum": ["watch", "request", "start", "retry"]}})
     started_at: str
     finished_at: str
     seconds: float
@@ -82,6 +94,22 @@ class ProjectHealth:
     last_error: HealthError | None = attrs.field(
         metadata={"schema": {"description": "the most recent problem, kept after it is resolved"}}
     )
+    failed_attempts: int = attrs.field(
+        default=0, metadata={"schema": {"description": "re-indexes failed in a row (0 after one succeeds)"}}
+    )
+    next_retry_at: str | None = attrs.field(
+        default=None,
+        metadata={"schema": {"description": "when the failed re-index of the changes seen is tried again"}},
+    )
+    queue_position: int | None = attrs.field(
+        default=None,
+        metadata={
+            "schema": {
+                "description": "an index request of it waits behind this many re-indexes (running or "
+                "queued); null when none waits"
+            }
+        },
+    )
 
 
 # -- what the watcher keeps per project -------------------------------------------------------
@@ -109,14 +137,18 @@ class ProjectState:
     memory: EffectiveMemory | None = None
     memory_seen: int = -1
     removed: bool = False
+    failures: int = 0  # re-indexes failed in a row
+    retry_at: float = 0.0  # time.monotonic() before which no watch re-index is tried (after a failure)
+    next_retry_at: str | None = None  # the same, in UTC, for the health record
 
-    def finished(self, record: ReindexRecord, seen: int, failure: BaseException | None, at: str) -> None:
-        """A re-index that started from ``seen`` ended (``failure`` None: it built or found nothing to do)."""
+    def finished(self, record: ReindexRecord, seen: int, failure: BaseException | None, at: str, now_s: float) -> None:
+        """A re-index that started from ``seen`` ended (``failure`` None: it built or found nothing
+        to do) at ``now_s`` (``time.monotonic()``)."""
         self.indexing, self.progress = False, None
         self.last_reindex = record
-        # Not retried in a loop after a failure: the next change (or request) tries again.
-        self.covered = max(self.covered, seen)
         if failure is None:
+            self.covered = max(self.covered, seen)
+            self.reset_backoff()
             self.indexed = True
             if self.covered == self.seen:
                 self.changed.clear()
@@ -126,8 +158,20 @@ class ProjectState:
             if self.error is not None and not (self.error.code == SourceUnavailable.code and folder_gone):
                 self.error = None
             return
+        # The changes it started from stay pending (``covered`` unchanged): tried again after a
+        # backoff, so a failure that clears (space freed) is caught up without another change.
+        self.failures += 1
+        delay = retry_delay(self.failures)
+        self.retry_at, self.next_retry_at = now_s + delay, utc_now(delay)
         message = failure.message if isinstance(failure, MemoryCoreError) else f"{type(failure).__name__}: {failure}"
         self.error = self.last_error = HealthError(record.error_code or "internal_error", message, at)
+
+    def reset_backoff(self) -> None:
+        self.failures, self.retry_at, self.next_retry_at = 0, 0.0, None
+
+    def backing_off(self, now_s: float) -> bool:
+        """A failed re-index waits for its retry (the changes stay pending meanwhile)."""
+        return self.failures > 0 and now_s < self.retry_at
 
     def pending(self) -> bool:
         """A re-index is queued or running for changes seen (none is while a source is missing)."""
@@ -135,7 +179,7 @@ class ProjectState:
             return False
         return self.indexing or (self.seen != self.covered and self.state != SOURCE_UNAVAILABLE)
 
-    def health(self) -> ProjectHealth:
+    def health(self, queue_position: int | None = None) -> ProjectHealth:
         watching = self.watch is not None and self.state in (WATCHING, POLLING)
         return ProjectHealth(
             project_id=self.project.project_id,
@@ -152,4 +196,8 @@ class ProjectState:
             last_reindex=self.last_reindex,
             error=self.error or self.watch_error,
             last_error=self.last_error,
+            failed_attempts=self.failures,
+            # Only while there is something to retry: a failed request with nothing pending is its caller's.
+            next_retry_at=self.next_retry_at if self.indexed and self.seen != self.covered else None,
+            queue_position=queue_position,
         )

@@ -8,8 +8,10 @@ worker (``index_now``), so the watcher and a person never build the same project
 worker owns its own indexer (its own database connections): activations keep serving the current
 generation until the new one is published, and are never blocked by the watcher. A missing source
 folder marks the project unhealthy; the last generation keeps serving and the project re-indexes
-when the folder is back. Every re-index, failed or not, is recorded in the project's health
-(``watch_health.ProjectHealth``).
+when the folder is back. A failed re-index leaves its changes pending and is tried again after a
+backoff (``watch_health.retry_delay``). Every re-index, failed or not, is recorded in the project's
+health (``watch_health.ProjectHealth``). ``paused`` holds a project's re-indexes while its storage
+moves; what was seen meanwhile (and any request) runs once it ends.
 
 ``WatchedMemory`` is the daemon's live Effective Memory: cached per project, dropped by the next
 batch of changes, read again (through the (path, size, mtime) hash cache) by the first reader after.
@@ -17,11 +19,12 @@ batch of changes, read again (through the (path, size, mtime) hash cache) by the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from typing import Any, Protocol
 
@@ -42,6 +45,7 @@ from memory_core.adapters.files.watch_health import (
     POLLING,
     SOURCE_UNAVAILABLE,
     STOPPED,
+    UNDECODABLE_FOLDER,
     WATCH_LIMIT,
     WATCHING,
     HealthError,
@@ -71,7 +75,25 @@ class ProjectIndexer(Protocol):
 
 
 class ReindexCancelled(Exception):
-    """Raised from the progress callback when the project was removed mid-build (the build is discarded)."""
+    """Raised from the progress callback when the project was removed or paused mid-build (the build is discarded)."""
+
+
+class _Held(Exception):
+    """The project is paused: its re-index did not start (or was cancelled) and runs after the pause."""
+
+
+def progress_text(stage: str, done: int, total: int) -> str:
+    """A running re-index's stage as its health record shows it (``ProjectHealth.progress``)."""
+    return f"{stage} {done}/{total}"
+
+
+def parse_progress(text: str | None) -> tuple[str, int, int] | None:
+    """``progress_text`` read back (the CLI draws it as a bar); None for anything else."""
+    stage, _, counts = (text or "").rpartition(" ")
+    done, _, total = counts.partition("/")
+    if not stage or not done.isdigit() or not total.isdigit():
+        return None
+    return stage, int(done), int(total)
 
 
 # -- the watcher ------------------------------------------------------------------------------
@@ -108,6 +130,8 @@ class Watcher:
         self.now = now
         self._states: dict[str, ProjectState] = {}
         self._requests: deque[_Request] = deque()
+        self._paused: dict[str, int] = {}  # project -> how many ``paused`` blocks hold it
+        self._recheck: set[str] = set()  # paused projects whose generation may have moved or gone
         self._cond = threading.Condition()
         self._closed = False
         self._started = False
@@ -153,6 +177,47 @@ class Watcher:
                 self._cond.wait(deadline - time.monotonic())
         if watch is not None:
             watch.close()
+
+    @contextlib.contextmanager
+    def paused(self, project_id: str, timeout: float = 60.0) -> Iterator[None]:
+        """Hold the project's re-indexes (watch, retry and requests) while its storage moves or
+        is cleared, so none publishes into the old place. Entering cancels a re-index in flight
+        (its build is discarded) and waits, up to ``timeout``, until none runs. The watch keeps
+        following the sources: changes seen before or during the pause, and requests queued,
+        run after it, and whether the project still has a generation is read again."""
+        with self._cond:
+            self._paused[project_id] = self._paused.get(project_id, 0) + 1
+            deadline = time.monotonic() + timeout
+            while (state := self._states.get(project_id)) is not None and state.indexing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+        try:
+            yield
+        finally:
+            with self._cond:
+                holds = self._paused.pop(project_id) - 1
+                if holds:
+                    self._paused[project_id] = holds
+                else:
+                    self._recheck.add(project_id)
+                self._cond.notify_all()
+
+    def _recheck_generations(self) -> None:
+        """On the worker: after a pause, whether each project still has a generation (a cleared one
+        has none: only ``memcore index`` builds it again)."""
+        with self._cond:
+            projects, self._recheck = self._recheck, set()
+        for project_id in projects:
+            try:
+                indexed = self.indexer.catalog.current_generation(project_id) is not None
+            except MemoryCoreError:
+                continue  # removed meanwhile
+            with self._cond:
+                if (state := self._states.get(project_id)) is not None:
+                    state.indexed = indexed
+                    self._cond.notify_all()
 
     def _track(self, project: Project, *, indexed: bool) -> ProjectState:
         """Call with the lock held."""
@@ -225,6 +290,8 @@ class Watcher:
         self.report_changes(project_id, roots)
         with self._cond:
             state = self._states.get(project_id)
+            if state is not None:
+                state.reset_backoff()  # a failure may have been the folder missing: try at once
             if state is not None and state.error is not None and state.error.code == SourceUnavailable.code:
                 state.error = None  # the re-index this triggers reports anything else
 
@@ -239,14 +306,29 @@ class Watcher:
             if state is not None:
                 state.watch_error = state.last_error = HealthError(WATCH_LIMIT, message, self.now())
 
+    def report_undecodable_folder(self, project_id: str, exc: BaseException) -> None:
+        message = (
+            f"a folder name that is not valid UTF-8 stops the OS file watch ({exc}); following the "
+            f"sources by polling every {POLL_DELAY_MS} ms instead (the index skips such names; rename "
+            "the folder to watch again)"
+        )
+        log.warning("undecodable folder name: polling", extra={"fields": {"project": project_id}})
+        with self._cond:
+            state = self._states.get(project_id)
+            if state is not None:
+                state.watch_error = state.last_error = HealthError(UNDECODABLE_FOLDER, message, self.now())
+
     # -- the worker -----------------------------------------------------------------------
     def _due(self, now: float) -> tuple[ProjectState | None, float]:
         """The next project to re-index and how long until another may be due (lock held)."""
         wait = RECONCILE_S
-        for state in self._states.values():
+        for pid, state in self._states.items():
             if not state.indexed or state.seen == state.covered or state.state == SOURCE_UNAVAILABLE:
                 continue
-            ready = state.last_event + SETTLE_MS / 1000 - now
+            if pid in self._paused:
+                continue  # its pause's end notifies
+            settled_at = state.last_event + SETTLE_MS / 1000
+            ready = (max(settled_at, state.retry_at) if state.failures else settled_at) - now
             if ready <= 0:
                 return state, 0.0
             wait = min(wait, ready)
@@ -264,10 +346,18 @@ class Watcher:
                 except Exception:
                     log.exception("could not read the project list; trying again")
                 next_reconcile = now + RECONCILE_S
+            if self._recheck:
+                try:
+                    self._recheck_generations()
+                except Exception:
+                    log.exception("could not read a paused project's generation")
             with self._cond:
                 if self._closed:
                     return
-                request = self._requests.popleft() if self._requests else None
+                # Requests first, in order; one for a paused project waits for the pause's end.
+                request = next((r for r in self._requests if r.project_id not in self._paused), None)
+                if request is not None:
+                    self._requests.remove(request)
                 state: ProjectState | None = None
                 if request is None:
                     state, wait = self._due(time.monotonic())
@@ -277,13 +367,20 @@ class Watcher:
             if request is not None:
                 self._serve_request(request)
             elif state is not None:
-                self._reindex(state.project.project_id, force=False, trigger=state.trigger)
+                trigger = "retry" if state.failures else state.trigger
+                with contextlib.suppress(_Held):
+                    self._reindex(state.project.project_id, force=False, trigger=trigger)
 
     def _serve_request(self, request: _Request) -> None:
-        if not request.future.set_running_or_notify_cancel():
+        # A request held by a pause comes back here: it is running already.
+        if not request.future.running() and not request.future.set_running_or_notify_cancel():
             return
         try:
             report = self._reindex(request.project_id, force=request.force, trigger="request", raise_errors=True)
+        except _Held:
+            with self._cond:
+                self._requests.appendleft(request)
+                self._cond.notify_all()
         except BaseException as exc:
             request.future.set_exception(exc)
         else:
@@ -292,9 +389,9 @@ class Watcher:
 
     def _progress(self, state: ProjectState) -> Progress:
         def update(stage: str, done: int, total: int) -> None:
-            if state.removed or self._closed:
+            if state.removed or self._closed or state.project.project_id in self._paused:
                 raise ReindexCancelled(state.project.project_id)
-            state.progress = f"{stage} {done}/{total}"
+            state.progress = progress_text(stage, done, total)
 
         return update
 
@@ -309,6 +406,8 @@ class Watcher:
                         raise
                     return None
                 state = self._track(project, indexed=False)
+            if project_id in self._paused:
+                raise _Held(project_id)
             seen = state.seen
             state.indexing, state.progress = True, None
         started_at, t0 = self.now(), time.perf_counter()
@@ -317,6 +416,11 @@ class Watcher:
         try:
             report = self.indexer.index(project_id, force=force, progress=self._progress(state))
         except ReindexCancelled as exc:
+            with self._cond:
+                if not (state.removed or self._closed):  # paused: nothing failed, it runs after the pause
+                    state.indexing, state.progress = False, None
+                    self._cond.notify_all()
+                    raise _Held(project_id) from exc
             failure = MemoryCoreError(f"project {project_id!r} was removed while it re-indexed")
             failure.__cause__ = exc
         except BaseException as exc:  # recorded in the health; a request gets it raised
@@ -339,7 +443,8 @@ class Watcher:
             code = failure.code if isinstance(failure, MemoryCoreError) else "internal_error"
             record = ReindexRecord(trigger, started_at, self.now(), seconds, "failed", error_code=code)
         with self._cond:
-            state.finished(record, seen, failure, self.now())
+            state.finished(record, seen, failure, self.now(), time.monotonic())
+            next_retry_at = state.next_retry_at if failure is not None else None
             self._cond.notify_all()
         log.info(
             "reindex",
@@ -351,6 +456,7 @@ class Watcher:
                     "s": seconds,
                     "embedded": record.embedded,
                     "error": record.error_code,
+                    "next_retry_at": next_retry_at,
                 }
             },
         )
@@ -385,6 +491,8 @@ class Watcher:
         with self._cond:
             while True:
                 pending = (state := self._states.get(project_id)) is not None and state.pending()
+                if pending and state is not None and not state.indexing and state.backing_off(time.monotonic()):
+                    return False  # its re-index failed and waits for a retry: waiting would not help
                 left = deadline - time.monotonic()
                 if not pending or left <= 0:
                     return not pending
@@ -393,7 +501,12 @@ class Watcher:
     def health(self, project_id: str | None = None) -> list[ProjectHealth]:
         with self._cond:
             states = [s for pid, s in sorted(self._states.items()) if project_id is None or pid == project_id]
-            return [s.health() for s in states]
+            # An index request waits for the re-index running and the requests queued ahead of it.
+            running = int(any(s.indexing for s in self._states.values()))
+            positions: dict[str, int] = {}
+            for ahead, request in enumerate(self._requests):
+                positions.setdefault(request.project_id, running + ahead)
+            return [s.health(positions.get(s.project.project_id)) for s in states]
 
     # -- live Effective Memory (the LiveMemory port) --------------------------------------
     def cached_memory(self, project: Project, read: Callable[[Project], EffectiveMemory]) -> EffectiveMemory:
@@ -424,5 +537,6 @@ __all__ = [
     "ReindexRecord",
     "WatchedMemory",
     "Watcher",
+    "parse_progress",
     "relevant_paths",
 ]

@@ -108,8 +108,14 @@ class ClientEngine:
         return self.client.move_project_storage(name, os.path.abspath(os.path.expanduser(destination)))
 
     def index(self, name: str, *, force: bool = False, progress: Progress | None = None) -> IndexReport:
-        # The daemon reports no progress while it indexes; the report comes when it is done.
-        return self.client.index_project(name, force=force)
+        if progress is None:
+            return self.client.index_project(name, force=force)
+        # The report comes when the build is done; meanwhile the daemon's health says how many
+        # re-indexes the request waits behind, then how far its build is.
+        from memory_core.entrypoints.cli.watch_commands import daemon_progress
+
+        with daemon_progress(self.client, name, progress):
+            return self.client.index_project(name, force=force)
 
     # -- activation -------------------------------------------------------------------------
     def activate(

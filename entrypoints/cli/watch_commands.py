@@ -1,5 +1,6 @@
-"""The watcher's side of the CLI: a project's health in ``memcore project show`` and
-``memcore index NAME --watch`` (keep a project current in the foreground).
+"""The watcher's side of the CLI: a project's health in ``memcore project show``,
+``memcore index NAME --watch`` (keep a project current in the foreground) and the progress of
+``memcore index`` through a daemon (read from its health while the request waits or builds).
 
 With a daemon running, health is the daemon's (``runtime_status``) and ``index --watch`` follows
 it: the daemon already re-indexes, a second watcher would only race it. Without one,
@@ -9,18 +10,25 @@ it: the daemon already re-indexes, a second watcher would only race it. Without 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from rich.markup import escape
 
-from memory_core.adapters.files.watcher import DEBOUNCE_MS, STEP_MS, ProjectHealth, ReindexRecord
+from memory_core.adapters.files.watcher import DEBOUNCE_MS, STEP_MS, ProjectHealth, ReindexRecord, parse_progress
+from memory_core.domain.errors import MemoryCoreError
+from memory_core.domain.progress import Progress
 from memory_core.entrypoints.cli import render, wire
 
 FOLLOW_POLL_S = 1.0
 WATCH_START_S = 10.0
+PROGRESS_POLL_S = 0.25
+QUEUED_STAGE = "waiting for other re-indexes"  # the bar of an index request queued behind others
 
 
 def daemon_health(engine: Any, name: str) -> tuple[bool, ProjectHealth | None]:
@@ -64,12 +72,16 @@ def health_lines(health: ProjectHealth | None, *, daemon: bool, index_behind: bo
     pending = f"{health.pending_changes} changed path(s)"
     if health.indexing:
         pending += f", re-indexing now ({health.progress or 'starting'})"
+    elif health.next_retry_at is not None:
+        pending += f", re-index failed {health.failed_attempts} time(s) in a row: retried at {health.next_retry_at}"
     elif health.reindex_pending:
         pending += ", re-index queued"
     elif health.state == "source_unavailable" and health.pending_changes:
         pending += ", re-indexed when the source is back"
     elif not health.indexed:
         pending += " (not indexed yet: the first `memcore index` is yours to run)"
+    if health.queue_position is not None:
+        pending += f"; an index request waits behind {health.queue_position} re-index(es)"
     lines.append(f"pending: {pending}")
     if health.error is not None:
         lines.append(escape(f"error: [{health.error.code}] {health.error.message} (since {health.error.at})"))
@@ -97,6 +109,45 @@ def show_health(engine: Any, info: Any, as_json: bool) -> dict[str, Any] | None:
     for line in health_lines(health, daemon=daemon, index_behind=index_behind):
         out.print(line)
     return None
+
+
+# -- memcore index through a daemon ----------------------------------------------------------
+@contextlib.contextmanager
+def daemon_progress(client: Any, name: str, progress: Progress) -> Iterator[None]:
+    """While ``client`` waits for the daemon to index ``name``: draw where the request is from the
+    daemon's health, polled on another connection: how many re-indexes (other projects' or
+    the watcher's) are still ahead of it, then its own build's stages."""
+    stop = threading.Event()
+
+    def follow() -> None:
+        ahead_most = 0  # the most re-indexes seen ahead: the waiting bar's total
+        while not stop.wait(PROGRESS_POLL_S):
+            try:
+                status = client.runtime_status()
+            except MemoryCoreError:
+                break  # only the drawing stops: the index call says what went wrong
+            health = next((h for h in status.projects if h.project_id == name), None)
+            if health is None:
+                continue
+            if health.queue_position is not None:
+                ahead_most = max(ahead_most, health.queue_position)
+                if ahead_most:
+                    progress(QUEUED_STAGE, ahead_most - health.queue_position, ahead_most)
+                continue
+            if ahead_most:  # started: nothing is ahead any more
+                progress(QUEUED_STAGE, ahead_most, ahead_most)
+            if health.indexing and (stage := parse_progress(health.progress)) is not None:
+                progress(*stage)
+        if ahead_most:  # done (or its build too quick to see): the wait is over
+            progress(QUEUED_STAGE, ahead_most, ahead_most)
+
+    follower = threading.Thread(target=follow, name="index-progress", daemon=True)
+    follower.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        follower.join(PROGRESS_POLL_S * 8)
 
 
 # -- memcore index NAME --watch ---------------------------------------------------------------

@@ -173,17 +173,13 @@ def show_project_storage(ctx: Context, req: api.ShowProjectStorageRequest) -> Pr
 @contextlib.contextmanager
 def _no_reindex(ctx: Context, project_id: str) -> Iterator[None]:
     """Moving or clearing changes where a project's generations are: the watcher's re-index of
-    it (on its own thread) must not publish into the old place meanwhile, so its watch stops
-    (waiting for a re-index in flight) and starts again afterwards."""
+    it (on its own thread) must not publish into the old place meanwhile, so its re-indexes are
+    paused (one in flight is cancelled first); changes seen and requests made meanwhile run after."""
     if ctx.watcher is None:
         yield
         return
-    project = ctx.engine.show_project(project_id).project
-    ctx.watcher.project_removed(project_id)
-    try:
+    with ctx.watcher.paused(project_id):
         yield
-    finally:
-        ctx.watcher.project_added(project)
 
 
 def move_project_storage(ctx: Context, req: api.MoveProjectStorageRequest) -> ProjectStorage:
