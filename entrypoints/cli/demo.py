@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from memory_core.adapters.system.home import DIR_MODE, FILE_MODE
+from memory_core.adapters.system.home import DIR_MODE, FILE_MODE, HomeLayout
 from memory_core.domain.errors import ProjectNotFound
 from memory_core.domain.model import Layer, Source
 from memory_core.entrypoints.cli import render, wire
@@ -47,7 +47,7 @@ def demo_source_root() -> Path:
 def prepare_memory(home: Path) -> Path:
     """A fresh, writable copy of the demo memory under the home (the package may be read-only),
     owner-only like the rest of the home (0700 directories, 0600 files) whatever the umask."""
-    target = home / "demo" / "memory"
+    target = HomeLayout.at(home).demo_dir / "memory"
     if target.exists():
         shutil.rmtree(target)
     _private_dir(target.parent)

@@ -120,9 +120,10 @@ def _read_json(path: str, what: str, *, document: bool = False) -> Any:
 
 def _workspace(engine: Engine, home: Path) -> Any:
     from memory_core.adapters.files.evaluation_sources import FolderSources
+    from memory_core.adapters.system.home import HomeLayout
     from memory_core.services.beir_import import EngineWorkspace
 
-    return EngineWorkspace(engine, FolderSources(home / "evaluation-sources"))
+    return EngineWorkspace(engine, FolderSources(HomeLayout.at(home).evaluation_sources_dir))
 
 
 def report_tables(report: Report) -> list[Any]:

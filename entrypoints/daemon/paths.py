@@ -15,9 +15,9 @@ from typing import Any
 
 import attrs
 
+from memory_core.adapters.system.home import HomeLayout
 from memory_core.domain.errors import StorageUnavailable
 
-RUN_DIR = "run"
 SOCKET_NAME = "memcore.sock"
 LOCK_NAME = "daemon.lock"
 # sun_path holds 108 bytes on Linux and 104 on macOS, NUL included; stay well below both.
@@ -27,7 +27,7 @@ SOCKET_MODE = 0o600
 
 
 def run_dir(home: Path) -> Path:
-    return home / RUN_DIR
+    return HomeLayout.at(home).run_dir  # the home's folders are one list, there
 
 
 def lock_path(home: Path) -> Path:
