@@ -96,7 +96,7 @@ class EmptyProject(MemoryCoreError):
 
 class InvalidStorageLocation(InvalidRequest):
     """A Project Local Storage destination cannot be used (``details.reason``: not_empty,
-    not_writable, not_a_directory, overlaps, same_location); nothing was moved."""
+    not_writable, not_a_directory, overlaps, same_location, in_home); nothing was moved."""
 
     code = "invalid_storage_location"
 
@@ -126,7 +126,8 @@ class BlobNotFound(MemoryCoreError):
 
 
 class StorageUnavailable(MemoryCoreError):
-    """The home directory or database cannot be written (read-only, full, locked)."""
+    """The home directory, database or a storage location cannot be written (read-only, full:
+    ``details.path``), or is busy (``details.reason``: busy, another move or an index holds it)."""
 
     code = "storage_unavailable"
 
