@@ -244,8 +244,12 @@ def test_an_activation_may_wait_for_the_pending_reindex(daemon: Daemon, tmp_path
         daemon.client.activate_memory("waits", "okapi", wait_for_index_ms=-1)
     seen = health(daemon, "waits")
     editor_save(source / "notes.txt", "The okapi waits for its index.\n")
-    wait_for("the change seen", lambda: (h := health(daemon, "waits")) is not None and h.last_change_at != (
-        seen.last_change_at if seen else None))
+    wait_for(
+        "the change seen",
+        lambda: (
+            (h := health(daemon, "waits")) is not None and h.last_change_at != (seen.last_change_at if seen else None)
+        ),
+    )
     # Seen but (a re-index takes seconds) not yet served: the request waits for it, then ranks.
     response = daemon.client.activate_memory("waits", "okapi index", wait_for_index_ms=60_000)
     assert any("okapi" in (f.text or "") for f in response.fragments)
@@ -333,3 +337,68 @@ def test_a_project_removed_mid_reindex_is_discarded_and_its_caller_told(daemon: 
     assert daemon.client.show_project("doomed").generation is None
     assert daemon.client.index_project("doomed").status == "built"
     assert served(daemon, "doomed", "numbat termites 42", "numbat")
+
+
+def test_a_storage_move_keeps_the_change_seen_and_a_clear_stops_reindexing(daemon: Daemon, tmp_path: Path) -> None:
+    """The move pauses the project's re-indexes (issue 30 item 4): a change made just before it is
+    served after it with no other change, and the project is still watched; after a clear it has
+    no generation, and only ``index_project`` builds one."""
+    source = memory_folder(tmp_path / "memory")
+    add_indexed(daemon, "moving", source)
+    editor_save(source / "notes.txt", "The platypus moved house.\n")
+    moved = daemon.client.move_project_storage("moving", tmp_path / "elsewhere")
+    assert Path(moved.location) == tmp_path / "elsewhere" and not moved.default_location
+    wait_for("the change served after the move", lambda: served(daemon, "moving", "platypus house", "platypus"))
+    after = wait_for("settled", lambda: settled(daemon, "moving"))
+    assert after.watching and after.healthy and after.indexed and after.pending_changes == 0
+
+    daemon.client.clear_project_storage("moving")
+    wait_for("not indexed after the clear", lambda: (h := health(daemon, "moving")) is not None and not h.indexed)
+    assert daemon.client.show_project("moving").generation is None
+    assert daemon.client.index_project("moving").status == "built"
+    assert served(daemon, "moving", "platypus house", "platypus")
+
+
+@pytest.mark.slow
+def test_a_reindex_that_a_full_disk_failed_is_retried_once_space_returns(
+    tmp_path: Path, record_property: pytest.RecordProperty
+) -> None:
+    """Issue 30 item 4: the failed re-index stays pending, its retry shows in the health, and
+    once space is freed the retry builds the change with no other file change."""
+    import sys
+
+    from tests.reliability.full_disk import TMPFS, FullDisk
+    from tests.reliability.harness import PROJECT, write_memory
+
+    home = tmp_path / "home"
+    source = write_memory(tmp_path / "memory", 0)
+    disk = FullDisk(home / "projects" / PROJECT / "generations")
+    record_property("full_disk", disk.mode)
+    wrapper = () if disk.mode == TMPFS else (sys.executable, "-m", "tests.reliability.full_disk", str(disk.marker))
+    try:
+        running = Daemon(home, tmp_path / "daemon.log", "--no-warm", "--no-ui", wrapper=wrapper)
+        try:
+            add_indexed(running, PROJECT, source)
+            first = running.client.show_project(PROJECT).generation
+            assert first is not None
+            disk.fill()
+            (source / "b.md").write_text("# Advisory locks\n\nWritten on a full disk: the kakapo.\n", encoding="utf-8")
+            failing = wait_for(
+                "the re-index failed and due again",
+                lambda: (h := health(running, PROJECT)) is not None and h.failed_attempts >= 1 and h,
+            )
+            assert failing.error is not None and failing.error.code == "storage_unavailable"
+            assert failing.next_retry_at is not None and failing.reindex_pending and not failing.healthy
+            assert failing.last_reindex is not None and failing.last_reindex.status == "failed"
+            assert served(running, PROJECT, "advisory locks", "advisory")  # the last generation serves
+
+            disk.free()
+            wait_for("the change served", lambda: served(running, PROJECT, "kakapo", "kakapo"))
+            done = wait_for("settled", lambda: settled(running, PROJECT))
+            assert done.healthy and done.failed_attempts == 0 and done.next_retry_at is None
+            assert done.last_reindex is not None and done.last_reindex.trigger == "retry"
+            assert done.last_error is not None and done.last_error.code == "storage_unavailable"
+        finally:
+            assert running.stop() == 0
+    finally:
+        disk.close()
