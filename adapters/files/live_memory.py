@@ -12,12 +12,16 @@ scan through the scanner, whose rules alone decide what the memory holds.
 A file modified within the racy window (its content may still change without its size or mtime
 changing, git's "racily clean" rule, as in the hash cache) makes the fingerprint untrusted: such a
 read always scans. Taking the fingerprint before the scan means a change during the scan shows as
-a difference next time, never as a cached answer.
+a difference next time, never as a cached answer. The walk only decides whether to scan: what the
+memory holds, and every byte read, comes from the scanner, which opens only what it checked
+(``filesystem_sources``); a source folder that is a symbolic link makes the fingerprint
+untrusted, so the scan that refuses it runs.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -44,7 +48,11 @@ def _walk(root: str, now_ns: int, racy_ns: int) -> list[tuple[str, int, int, int
     while todo:
         directory, rel = todo.pop()
         try:
-            st = os.stat(directory)
+            # The source folder itself never through a link: the scanner refuses one swapped in
+            # for it, so no stat of what it points to may vouch for the last scan.
+            st = os.stat(directory, follow_symlinks=bool(rel))
+            if stat.S_ISLNK(st.st_mode):
+                raise _Untrusted(directory)
             if (st.st_dev, st.st_ino) in visited:
                 continue  # a loop, or a second link to one folder: the scanner walks it once too
             visited.add((st.st_dev, st.st_ino))

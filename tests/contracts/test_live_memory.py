@@ -200,3 +200,19 @@ def test_a_read_ahead_walks_on_another_thread_and_scans_on_the_callers(
     me = threading.get_ident()
     assert len(walked_on) == 3 and me not in walked_on  # the stat walk overlaps the caller's ranking
     assert scanned_on == [me, me]  # the scan queries the catalog: only ever on the caller's thread
+
+
+@pytest.mark.parametrize("fingerprinted", [False, True], ids=["scanning", "fingerprinted"])
+def test_a_source_folder_replaced_by_a_link_is_unavailable_not_the_last_answer(
+    counted: tuple[CountingScanner, Project, Path], fingerprinted: bool
+) -> None:
+    # Issue 30: even a link to the very folder, moved away (its files, stats and inode unchanged).
+    scanner, project, folder = counted
+    live: LiveMemory = FileSystemLiveMemory(scanner, racy_window_ns=0) if fingerprinted else ScanningLiveMemory(scanner)
+    live.effective_memory(project)
+    moved = folder.with_name("notes-moved")
+    os.rename(folder, moved)
+    folder.symlink_to(moved)
+    with pytest.raises(SourceUnavailable, match="symbolic link") as info:
+        live.effective_memory(project)
+    assert info.value.details["path"] == str(folder)

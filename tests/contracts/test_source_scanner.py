@@ -432,3 +432,150 @@ def test_recently_changed_files_are_not_cached(tmp_path):
     FileSystemScanner(hash_cache=cache).scan(Source(str(source)))
     for name in ("fresh.md", "old-mtime.md"):
         assert cache.get_file_hash(str(source / name), _stamp(source / name)) is None
+
+
+# -- issue 30: what the scanner checked is what it opens (real directories only) ----------------
+
+SECRET = b"# Secret\n\nzqx-outside-marker: never memory\n"
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A folder outside every source, holding the names the sources below hold, all secret."""
+    folder = tmp_path / "outside"
+    folder.mkdir()
+    for name in ("secret.md", "a.md", "inner.md", "only.md"):
+        (folder / name).write_bytes(SECRET)
+    return folder
+
+
+def _swap_for_link(path: Path, target: Path) -> None:
+    """``path`` replaced by a symlink to ``target`` in one rename over it, as a racer would."""
+    link = path.with_name(f".{path.name}.link")
+    link.symlink_to(target)
+    os.replace(link, path)
+
+
+def _no_secret(resources, warnings) -> bool:  # type: ignore[no-untyped-def]
+    return all(r.resource_hash != sha(SECRET) for r in resources) and all("zqx" not in w for w in warnings)
+
+
+def test_a_file_swapped_for_a_link_after_the_walk_is_not_followed(tmp_path, outside, monkeypatch):
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "a.md").write_bytes(b"inside a")
+    (source / "b.md").write_bytes(b"inside b")
+    scanner = FileSystemScanner()
+    walk = scanner._walk
+
+    def walk_then_swap(*args):  # type: ignore[no-untyped-def]
+        found = walk(*args)  # a.md was a regular file here...
+        _swap_for_link(source / "a.md", outside / "secret.md")  # ...and is a link when it is read
+        return found
+
+    monkeypatch.setattr(scanner, "_walk", walk_then_swap)
+    resources, warnings = scanner.scan(Source(str(source)))
+    assert [r.resource_id for r in resources] == ["b.md"] and _no_secret(resources, warnings)
+    assert len(warnings) == 1 and "a.md" in warnings[0] and "symbolic link" in warnings[0]
+
+
+def test_a_folder_swapped_for_a_link_during_the_walk_is_not_followed(tmp_path, outside, monkeypatch):
+    source = tmp_path / "src"
+    (source / "sub").mkdir(parents=True)
+    (source / "sub" / "inner.md").write_bytes(b"inside")
+    (source / "top.md").write_bytes(b"top")
+    scanner = FileSystemScanner()
+    listing = scanner._list
+
+    def list_then_swap(root, folder, *rest):  # type: ignore[no-untyped-def]
+        subfolders = listing(root, folder, *rest)
+        if folder.rel == "":  # sub was listed as a folder of the source; now a link takes its name
+            os.rename(source / "sub", tmp_path / "sub-moved")
+            (source / "sub").symlink_to(outside)
+        return subfolders
+
+    monkeypatch.setattr(scanner, "_list", list_then_swap)
+    resources, warnings = scanner.scan(Source(str(source)))
+    assert [r.resource_id for r in resources] == ["top.md"] and _no_secret(resources, warnings)
+    assert len(warnings) == 1 and "sub" in warnings[0] and "symbolic link" in warnings[0]
+
+
+def test_a_source_folder_swapped_for_a_link_during_the_scan_is_read_as_it_was_opened(tmp_path, outside, monkeypatch):
+    source = tmp_path / "src"
+    (source / "sub").mkdir(parents=True)
+    (source / "a.md").write_bytes(b"inside a")
+    (source / "sub" / "inner.md").write_bytes(b"inside inner")
+    scanner = FileSystemScanner()
+    walk = scanner._walk
+
+    def swap_then_walk(root, warnings):  # type: ignore[no-untyped-def]
+        os.rename(source, tmp_path / "src-moved")  # the scan holds the folder it opened
+        source.symlink_to(outside)
+        return walk(root, warnings)
+
+    monkeypatch.setattr(scanner, "_walk", swap_then_walk)
+    resources, warnings = scanner.scan(Source(str(source)))
+    assert [r.resource_id for r in resources] == ["a.md", "sub/inner.md"] and warnings == []
+    assert [r.resource_hash for r in resources] == [sha(b"inside a"), sha(b"inside inner")]
+    # Read later through its path, it is refused: the source folder is a link now.
+    with pytest.raises(SourceUnavailable, match="symbolic link"):
+        scanner.read(resources[0])
+
+
+def test_a_source_folder_replaced_by_a_link_is_unavailable_naming_it(tmp_path, outside):
+    from memory_core.adapters.files.filesystem_sources import source_root
+
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "a.md").write_bytes(SECRET)  # the same bytes as outside: only the path decides
+    scanner = FileSystemScanner()
+    (resource,), _ = scanner.scan(Source(str(source)))
+    os.rename(source, tmp_path / "src-moved")
+    for target in (outside, tmp_path / "src-moved"):  # elsewhere, or the very folder moved away
+        source.symlink_to(target)
+        with pytest.raises(SourceUnavailable, match="symbolic link") as info:
+            scanner.scan(Source(str(source)))
+        assert info.value.details["path"] == str(source) and str(source) in info.value.message
+        with pytest.raises(SourceUnavailable, match="symbolic link"):
+            source_root(str(source))
+        with pytest.raises(SourceUnavailable, match="symbolic link"):
+            scanner.read(resource)
+        source.unlink()
+
+
+def test_reading_a_file_swapped_for_a_link_outside_is_refused(tmp_path, outside):
+    source = tmp_path / "src"
+    (source / "real").mkdir(parents=True)
+    (source / "a.md").write_bytes(SECRET)  # the same bytes: the hash check alone would pass
+    (source / "real" / "doc.md").write_bytes(b"doc")
+    (source / "alias.md").symlink_to(source / "real" / "doc.md")
+    (source / "link").symlink_to(source / "real")
+    (source / ".hidden").mkdir()
+    (source / ".hidden" / "only.md").write_bytes(b"only")
+    (source / "only-link").symlink_to(source / ".hidden")
+    scanner = FileSystemScanner()
+    resources, warnings = scanner.scan(Source(str(source)))
+    by_id = {r.resource_id: r for r in resources}
+    assert sorted(by_id) == ["a.md", "alias.md", "only-link/only.md", "real/doc.md"] and warnings == []
+    # Links inside the source still read, through the names they resolve to below it.
+    assert scanner.read(by_id["alias.md"]) == b"doc" and scanner.read(by_id["only-link/only.md"]) == b"only"
+    _swap_for_link(source / "a.md", outside / "secret.md")
+    with pytest.raises(SourceUnavailable, match="outside its source"):
+        scanner.read(by_id["a.md"])
+    _swap_for_link(source / "only-link", outside)  # a folder link repointed outside
+    with pytest.raises(SourceUnavailable, match="outside its source"):
+        scanner.read(by_id["only-link/only.md"])
+
+
+def test_a_source_configured_as_a_link_is_unavailable(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "a.md").write_text("a")
+    (tmp_path / "link").symlink_to(real)
+    with pytest.raises(SourceUnavailable, match="symbolic link") as info:
+        FileSystemScanner().scan(Source(str(tmp_path / "link")))
+    assert str(real) in info.value.message  # says which folder to name instead
+    # A link above the source folder is followed, as configured (a home under a linked /home).
+    (tmp_path / "up").symlink_to(tmp_path)
+    resources, _ = FileSystemScanner().scan(Source(str(tmp_path / "up" / "real")))
+    assert [r.path for r in resources] == [str(real / "a.md")]
