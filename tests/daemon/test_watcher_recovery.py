@@ -398,3 +398,32 @@ def test_memcore_index_through_the_daemon_draws_its_wait_behind_another_project(
     assert drawn[0] == (QUEUED_STAGE, 0, 1)
     queued = [step for step in drawn if step[0] == QUEUED_STAGE]
     assert all(total == 1 for _, _, total in queued) and queued[-1] == (QUEUED_STAGE, 1, 1)
+
+
+def test_project_show_says_when_a_failed_reindex_is_retried_and_where_a_request_waits() -> None:
+    from memory_core.adapters.files.watch_health import HealthError, ReindexRecord
+    from memory_core.entrypoints.cli.watch_commands import health_lines
+
+    failed = ReindexRecord("retry", "2026-01-01T00:00:01Z", "2026-01-01T00:00:02Z", 0.5, "failed", error_code="x")
+    h = ProjectHealth(
+        project_id="notes",
+        watching=True,
+        state="watching",
+        healthy=False,
+        indexed=True,
+        last_change_at="2026-01-01T00:00:00Z",
+        last_change_paths=("/n/b.md",),
+        pending_changes=1,
+        reindex_pending=True,
+        indexing=False,
+        progress=None,
+        last_reindex=failed,
+        error=HealthError("storage_unavailable", "No space left on device", "2026-01-01T00:00:02Z"),
+        last_error=None,
+        failed_attempts=3,
+        next_retry_at="2026-01-01T00:00:06Z",
+        queue_position=2,
+    )
+    pending = next(line for line in health_lines(h, daemon=True) if line.startswith("pending:"))
+    assert "failed 3 time(s) in a row: retried at 2026-01-01T00:00:06Z" in pending
+    assert "an index request waits behind 2 re-index(es)" in pending
