@@ -16,7 +16,7 @@ from typing import Any
 import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -57,10 +57,16 @@ async def read_json(request: Request, limit: int) -> Any:
         if int(declared) > limit:
             raise api.RequestTooLarge(f"request body is larger than {limit} bytes", limit=limit)
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:  # chunked bodies announce no length
-            raise api.RequestTooLarge(f"request body is larger than {limit} bytes", limit=limit)
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:  # chunked bodies announce no length
+                raise api.RequestTooLarge(f"request body is larger than {limit} bytes", limit=limit)
+    except ClientDisconnect:
+        # The client left, or the UI port's body deadline closed it: nobody reads the answer,
+        # but the log says what happened (not an internal error).
+        raise InvalidRequest("the connection closed before the request body was complete",
+                             reason="body_incomplete") from None  # fmt: skip
     if not body:
         return {}
     if len(body) > PARSE_INLINE_BYTES:  # a fixture: seconds of parsing, off the event loop

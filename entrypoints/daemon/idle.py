@@ -18,9 +18,10 @@ DEFAULT_IDLE_EXIT_S = 600.0  # an on-demand daemon's idle time before it stops (
 class IdleClock:
     """How long the daemon has had nothing to do, and the stop once that reaches ``limit_s``.
 
-    Activity: an HTTP request in flight or begun (counted at the ASGI layer, so every method and
-    the UI's pages count, whatever they do), an engine call, and the watcher's work (a change
-    seen, a re-index queued, running or finished). ``limit_s`` None: never stop."""
+    Activity: an HTTP request in flight or begun (counted at the ASGI layer, so every method
+    counts, whatever it does; on the UI port only a request with the token, see ``wrap``), an
+    engine call, and the watcher's work (a change seen, a re-index queued, running or finished).
+    ``limit_s`` None: never stop."""
 
     def __init__(self, limit_s: float | None, *, on_demand: bool = False) -> None:
         self.limit_s = limit_s
@@ -35,11 +36,13 @@ class IdleClock:
         with self._lock:
             self._last = time.monotonic()
 
-    def wrap(self, app: Any) -> Any:
-        """``app`` with every HTTP request counted from its start to its last byte."""
+    def wrap(self, app: Any, counts: Callable[[Any], bool] | None = None) -> Any:
+        """``app`` with every HTTP request counted from its start to its last byte, or only those
+        for which ``counts(scope)`` holds: the UI port is open to every local user, and a request
+        without the token must not keep an on-demand daemon alive."""
 
         async def counted(scope: Any, receive: Any, send: Any) -> None:
-            if scope["type"] != "http":
+            if scope["type"] != "http" or (counts is not None and not counts(scope)):
                 await app(scope, receive, send)
                 return
             with self._lock:

@@ -142,13 +142,12 @@ def serve(
         listeners = [sock]
         http: Any = "auto"
         if ui_sock is not None:
-            from memory_core.entrypoints.ui.connections import bounded_h11
-
-            app = _with_ui(root, context, app, ui_sock, started_at)
+            app, http = _with_ui(root, context, app, ui_sock, started_at, clock)
             listeners.append(ui_sock)
-            http = bounded_h11()  # the UI port's heads have a deadline, its peers a bound
+        else:
+            app = clock.wrap(app)  # every request on the owner's socket is activity
         config = uvicorn.Config(
-            clock.wrap(app),  # outside the listener split: a request to either port is activity
+            app,
             http=http,
             lifespan="off",
             proxy_headers=False,  # nothing proxies us: X-Forwarded-* from a local page is a lie
@@ -211,10 +210,14 @@ def _server(config: Any, jobs: JobRunner | None) -> Any:
     return Server(config)
 
 
-def _with_ui(root: Path, context: Context, daemon_app: Any, ui_sock: socket.socket, started_at: str) -> Any:
-    """The one app both listeners share, and ``<home>/run/ui.json`` for ``memcore ui``."""
+def _with_ui(root: Path, context: Context, daemon_app: Any, ui_sock: socket.socket, started_at: str,
+             clock: IdleClock) -> tuple[Any, Any]:
+    """The one app both listeners share, counted by the idle clock, and the protocol both serve
+    (on the UI port heads and bodies have deadlines and no crowd without the token holds it);
+    writes ``<home>/run/ui.json`` for ``memcore ui``."""
     from memory_core.entrypoints.ui import launch as ui_launch
     from memory_core.entrypoints.ui.app import by_listener, create_ui_app
+    from memory_core.entrypoints.ui.connections import bounded_h11
     from memory_core.entrypoints.ui.security import Secrets
 
     port = ui_sock.getsockname()[1]
@@ -223,7 +226,11 @@ def _with_ui(root: Path, context: Context, daemon_app: Any, ui_sock: socket.sock
                             pid=os.getpid(), started_at=started_at)
     ui_launch.write_ui_info(root, info)
     log.info("ui", extra={"fields": {"url": ui.base_url, "info": str(ui_launch.ui_file(root))}})
-    return by_listener(daemon_app, create_ui_app(context, daemon_app, ui), port)
+    # The owner's socket: every request is activity; the UI port, open to every local user: only
+    # a request with the token, so a page or a refusal keeps no on-demand daemon alive.
+    ui_app = clock.wrap(create_ui_app(context, daemon_app, ui), counts=ui.authorizes)
+    app = by_listener(clock.wrap(daemon_app), ui_app, port)
+    return app, bounded_h11(authorized=ui.authorizes)
 
 
 # -- command line -----------------------------------------------------------------------------

@@ -81,6 +81,11 @@ class Secrets:
     def is_token(self, value: str | None) -> bool:
         return value is not None and hmac.compare_digest(value.encode(), self.token.encode())
 
+    def authorizes(self, scope: Scope) -> bool:
+        """Whether the request carries this start's token (as the Guard reads it): only such a
+        request proves its connection and counts as the daemon's activity."""
+        return self.is_token(_bearer(Headers(scope=scope)))
+
 
 @attrs.frozen
 class Refusal:

@@ -1,7 +1,9 @@
-"""Connections the UI port does not hold for ever: a request head has a deadline and a peer has
-a bound (``entrypoints/ui/connections.py``). Real sockets on loopback against the real daemon's
-UI port, and against uvicorn serving the same protocol class in this process (to choose the
-limits); every loop is bounded and every wait has a generous limit, so nothing here flakes.
+"""Connections the UI port does not hold for ever: a request head and a request body have
+deadlines, and a peer's connections without the token have a bound that gives way to a newcomer
+(``entrypoints/ui/connections.py``). Real sockets on loopback against the real daemon's UI port
+(``test_ui_crowds.py`` has more), and against uvicorn serving the same protocol class in this
+process (to choose the limits); every loop is bounded and every wait has a generous limit, so
+nothing here flakes.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from memory_core.entrypoints.ui.connections import bounded_h11
 
@@ -79,15 +83,24 @@ def test_half_sent_requests_on_the_daemons_ui_port_are_closed(ui_daemon: UiDaemo
         assert answer(sock).startswith(b"HTTP/1.1 200 ")
 
 
+TOKEN_HEADER = (b"authorization", b"Bearer t0ken")
+
+
+def with_token(scope: Any) -> bool:
+    return TOKEN_HEADER in scope["headers"]
+
+
 @contextlib.contextmanager
-def served(protocol: type[Any], tmp_path: Path) -> Iterator[tuple[int, str]]:
+def served(protocol: type[Any], tmp_path: Path, *, read_body: bool = False) -> Iterator[tuple[int, str]]:
     """uvicorn with ``protocol`` on a loopback TCP port and a Unix socket, as the daemon runs it;
-    the app answers 200 ``ok`` to anything."""
+    the app answers 200 ``ok`` to anything, at once or (``read_body``) once the body is in."""
     import uvicorn
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
+        while read_body and (await receive()).get("more_body"):
+            pass
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/plain"), (b"content-length", b"2")]})
         await send({"type": "http.response.body", "body": b"ok"})
@@ -118,28 +131,100 @@ def served(protocol: type[Any], tmp_path: Path) -> Iterator[tuple[int, str]]:
             os.unlink(path)
 
 
-def test_a_peer_may_hold_only_so_many_connections(tmp_path: Path) -> None:
+def test_a_crowd_without_the_token_gives_way_to_a_newcomer(tmp_path: Path) -> None:
+    """A peer holds ``per_peer`` connections without the token; one more closes the oldest, not
+    itself, so a crowd cannot keep the next request (the token holder's) out."""
     limit = 4
-    with served(bounded_h11(head_timeout_s=600, per_peer=limit), tmp_path) as (port, _):
-        with contextlib.ExitStack() as holding:
-            held = [holding.enter_context(connect(port)) for _ in range(limit)]
-            for sock in held:
+    protocol = bounded_h11(head_timeout_s=600, per_peer=limit)
+    with served(protocol, tmp_path) as (port, _), contextlib.ExitStack() as holding:
+        held = [holding.enter_context(connect(port)) for _ in range(limit)]
+        for sock in held:
+            sock.sendall(HALF_A_HEAD)
+        with connect(port) as newcomer:
+            newcomer.sendall(head(port))
+            assert answer(newcomer).startswith(b"HTTP/1.1 200 ")
+        assert closed_by_server(held[0], time.monotonic() + CLOSE_BOUND_S)  # the oldest gave way
+        # The others are served once they finish their heads.
+        for sock in held[1:]:
+            sock.sendall(b"1\r\nConnection: close\r\n\r\n")
+            assert answer(sock).startswith(b"HTTP/1.1 200 ")
+
+
+def keep_alive_request(sock: socket.socket, port: int, extra: bytes = b"") -> bytes:
+    """One request on a kept-alive connection and its whole answer (the app's two bytes)."""
+    sock.sendall(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode() + extra + b"\r\n")
+    sock.settimeout(CLOSE_BOUND_S)
+    reply = b""
+    while not reply.endswith(b"\r\n\r\nok"):
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {reply!r}"
+        reply += chunk
+    return reply
+
+
+def test_a_connection_that_proved_the_token_is_never_closed_for_a_crowd(tmp_path: Path) -> None:
+    limit = 4
+    protocol = bounded_h11(head_timeout_s=600, per_peer=limit, authorized=with_token)
+    with served(protocol, tmp_path) as (port, _), contextlib.ExitStack() as holding:
+        holder = holding.enter_context(connect(port))
+        token = b"%s: %s\r\n" % TOKEN_HEADER
+        assert keep_alive_request(holder, port, token).startswith(b"HTTP/1.1 200 ")
+        crowd = [holding.enter_context(connect(port)) for _ in range(3 * limit)]
+        for sock in crowd:
+            with contextlib.suppress(ConnectionResetError, BrokenPipeError):  # an old one may be closed already
                 sock.sendall(HALF_A_HEAD)
-            with connect(port) as extra:
-                assert closed_by_server(extra, time.monotonic() + CLOSE_BOUND_S)  # one more: closed at once
-            # The ones held are served once they finish their heads, and leave room when they go.
-            for sock in held:
-                sock.sendall(b"1\r\nConnection: close\r\n\r\n")
-                assert answer(sock).startswith(b"HTTP/1.1 200 ")
-        # Their slots are free again (a bounded wait for the server to see them closed).
+        # The holder's connection, the oldest of all, still serves (even a request without the token).
+        assert keep_alive_request(holder, port).startswith(b"HTTP/1.1 200 ")
+        # Of the crowd, the newest ``limit`` are left: every older one gave way.
         deadline = time.monotonic() + CLOSE_BOUND_S
-        while True:
-            with connect(port) as sock:
-                sock.sendall(head(port))
-                if answer(sock).startswith(b"HTTP/1.1 200 "):
-                    break
-            assert time.monotonic() < deadline, "a closed connection still counts against its peer"
-            time.sleep(0.1)
+        assert all(closed_by_server(sock, deadline) for sock in crowd[:-limit])
+        for sock in crowd[-limit:]:
+            sock.sendall(b"1\r\nConnection: close\r\n\r\n")
+            assert answer(sock).startswith(b"HTTP/1.1 200 ")
+
+
+POST_HEAD = b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+
+
+def trickled_until_closed(sock: socket.socket, most_bytes: int, period_s: float) -> bool:
+    """Send a byte every ``period_s`` (at most ``most_bytes``); whether the server closed the
+    connection meanwhile (anything it answered first is read and dropped)."""
+    for _ in range(most_bytes):
+        try:
+            sock.sendall(b" ")
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        if closed_by_server(sock, time.monotonic() + period_s):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("read_body", [True, False], ids=["app-waits-for-the-body", "answered-before-the-body"])
+def test_a_trickled_body_is_closed_at_its_deadline(tmp_path: Path, read_body: bool) -> None:
+    """A byte every 0.1 s never ends the body of 1,000: past the 0.5 s deadline the connection is
+    closed, whether the app waits for the body or answered first (as a refusal does)."""
+    protocol = bounded_h11(head_timeout_s=600, per_peer=8, body_timeout_s=0.5)
+    with served(protocol, tmp_path, read_body=read_body) as (port, _), connect(port) as sock:
+        sock.sendall(POST_HEAD + b"{")
+        assert trickled_until_closed(sock, most_bytes=600, period_s=0.1)  # 60 s at most
+
+
+def test_a_body_complete_within_its_deadline_is_served_and_the_connection_kept(tmp_path: Path) -> None:
+    protocol = bounded_h11(head_timeout_s=600, per_peer=8, body_timeout_s=30)
+    with served(protocol, tmp_path, read_body=True) as (port, _), connect(port) as sock:
+        body = b"[" + b" " * 998 + b"]"
+        sock.sendall(POST_HEAD)
+        for piece in (body[:300], body[300:700], body[700:]):
+            time.sleep(0.05)
+            sock.sendall(piece)
+        sock.settimeout(CLOSE_BOUND_S)
+        reply = b""
+        while not reply.endswith(b"\r\n\r\nok"):
+            chunk = sock.recv(65536)
+            assert chunk, f"closed after {reply!r}"
+            reply += chunk
+        assert reply.startswith(b"HTTP/1.1 200 ")
+        assert keep_alive_request(sock, port).startswith(b"HTTP/1.1 200 ")  # the next request too
 
 
 def test_each_request_head_of_a_kept_alive_connection_has_the_deadline(tmp_path: Path) -> None:
