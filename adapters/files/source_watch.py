@@ -123,7 +123,7 @@ class SourceWatch:
     def _same(roots: list[tuple[str, tuple[int, int]]]) -> bool:
         for path, ident in roots:
             try:
-                st = os.stat(path)
+                st = os.stat(path, follow_symlinks=False)  # a link to the folder moved away is not it
             except OSError:
                 return False
             if (st.st_dev, st.st_ino) != ident:

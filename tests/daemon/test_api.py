@@ -418,10 +418,16 @@ def test_a_remote_sends_its_request_type_built_from_its_arguments() -> None:
 
 # -- faults -----------------------------------------------------------------------------------
 class BrokenCatalog(InMemoryCatalog):
-    """A storage fault the engine does not anticipate (a fake port, for the fault path)."""
+    """A storage fault the engine does not anticipate (a fake port, for the fault path); it
+    passes, so the next request (add_project lists the projects too) shows serving goes on."""
+
+    failed = False
 
     def list_projects(self):  # type: ignore[no-untyped-def]
-        raise RuntimeError("disk on fire")
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("disk on fire")
+        return super().list_projects()
 
 
 class BrokenEmbedder(HashingEmbedder):

@@ -153,6 +153,20 @@ def test_a_vanished_source_is_unhealthy_keeps_serving_and_recovers(daemon: Daemo
     assert up.last_error is not None and up.last_error.code == "source_unavailable"  # kept for a person to see
 
 
+def test_a_source_folder_replaced_by_a_link_to_itself_is_unhealthy(daemon: Daemon, tmp_path: Path) -> None:
+    """Issue 30, item 1: the folder moved away and a symlink to it put in its place keeps the
+    device and inode ``os.stat`` sees; the watch must not follow the link as if nothing changed."""
+    source = memory_folder(tmp_path / "memory")
+    add_indexed(daemon, "relinked", source)
+    away = tmp_path / "moved-away"
+    os.rename(source, away)
+    source.symlink_to(away, target_is_directory=True)
+    down = wait_for("unhealthy", lambda: (h := health(daemon, "relinked")) is not None and not h.healthy and h)
+    assert down.state == "source_unavailable" and not down.watching
+    assert down.error is not None and str(source) in down.error.message
+    assert served(daemon, "relinked", "advisory locks idempotency", "advisory")  # the last generation serves
+
+
 def test_a_source_that_is_a_file_is_a_clear_error(daemon: Daemon, tmp_path: Path) -> None:
     source = tmp_path / "not-a-folder.md"
     source.write_text("# Not a folder\n", encoding="utf-8")
