@@ -61,7 +61,9 @@ class IdleClock:
         """The watcher works, or did something since the last look (a change, a finished re-index)."""
         if context.watcher is None:
             return False
-        health = context.watcher.health()
+        # A project whose re-index keeps failing (a full disk) retries on its own backoff for
+        # as long as it takes: that is no one's work, and must not keep an idle daemon alive.
+        health = [h for h in context.watcher.health() if not h.failed_attempts]
         seen = [(h.project_id, h.last_change_at, h.last_reindex) for h in health]
         changed, self._watcher_seen = seen != self._watcher_seen, seen
         return changed or any(h.indexing or h.reindex_pending for h in health)

@@ -146,6 +146,7 @@ class _Health:
     def __init__(self, **fields: Any) -> None:
         self.project_id, self.last_change_at, self.last_reindex = "notes", None, None
         self.indexing = self.reindex_pending = False
+        self.failed_attempts = 0
         self.__dict__.update(fields)
 
 
@@ -178,6 +179,28 @@ def test_the_watchers_work_counts_as_activity() -> None:
         started = time.monotonic()
         assert stopped.wait(BOUND_S)
         assert time.monotonic() - started >= 0.5  # the finished re-index was activity too
+    finally:
+        clock.close()
+        runner.join(timeout=5)
+
+
+def test_a_reindex_that_keeps_failing_does_not_keep_the_daemon_alive() -> None:
+    """Issue 30: a project whose re-index fails (a full disk) retries on its backoff, each try a
+    new record and a moment of indexing; none of it is anyone's work, so the clock runs out."""
+    clock = IdleClock(0.5, on_demand=True)
+    context = _Context()
+    stopped = threading.Event()
+    runner = threading.Thread(target=clock.run, args=(context, stopped.set), daemon=True)
+    runner.start()
+    try:
+        deadline = time.monotonic() + BOUND_S
+        attempt = 0
+        while not stopped.is_set() and time.monotonic() < deadline:
+            attempt += 1
+            context.watcher.now = [_Health(failed_attempts=attempt, reindex_pending=True, indexing=attempt % 2 == 0,
+                                           last_reindex=f"failed try {attempt}")]  # fmt: skip
+            stopped.wait(0.1)
+        assert stopped.is_set(), "a failing re-index kept the daemon alive"
     finally:
         clock.close()
         runner.join(timeout=5)
