@@ -18,6 +18,7 @@ MODULES = [
     "bench_recording",
     "recording_overhead",
     "api_overhead",
+    "jobs_isolation",
     "peer_comparison",
     "evaluation_scale",
     "tuning",
