@@ -88,6 +88,18 @@ def is_undecodable_name(exc: BaseException) -> bool:
     return "unable to decode path" in str(exc).lower()
 
 
+def has_undecodable_folder(roots: list[str]) -> bool:
+    """Whether a folder below ``roots`` has a name that is not UTF-8 (links not followed)."""
+    for root in roots:
+        for _, folders, _ in os.walk(os.fsencode(root)):
+            for name in folders:
+                try:
+                    name.decode("utf-8")
+                except UnicodeDecodeError:
+                    return True
+    return False
+
+
 # -- one project's watch ----------------------------------------------------------------------
 class SourceWatch:
     """A thread following one project's source folders; reports batches and problems to the Watcher."""
@@ -152,8 +164,11 @@ class SourceWatch:
                     if not self.rescan:
                         self.rescan = True  # the next watch reports the sources changed once it runs
                         continue
-                    # Again before the new watch ran: a folder so named fails the OS watch at its start.
+                    # Again before the new watch ran: a folder so named fails the OS watch at its
+                    # start; a file so named changed twice in a row only fails a batch again.
                     self.owner.report_changes(pid, [r for r, _ in roots])
+                    if not has_undecodable_folder([r for r, _ in roots]):
+                        continue
                     if not self.polling:
                         self.polling = True
                         self.owner.report_undecodable_folder(pid, exc)

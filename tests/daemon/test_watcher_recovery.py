@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 
@@ -28,21 +27,10 @@ from memory_core.domain.model import Source
 from memory_core.domain.progress import Progress, no_progress
 from memory_core.services.engine import Engine
 from memory_core.services.indexing import IndexReport
+from tests.daemon.test_watcher import wait_for
 from tests.reliability.harness import engine_for, write_memory
 
-T = TypeVar("T")
 WAIT_S = 60.0
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = WAIT_S) -> T:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last  # type: ignore[no-any-return]
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 def settled(h: ProjectHealth) -> bool:
@@ -304,8 +292,10 @@ def test_a_file_name_that_is_not_utf8_never_marks_the_source_unavailable(
         bad.write(b"# Cafe\n\nThe undecodable capybara.\n")
     (notes / "b.md").write_text("# Advisory locks\n\nAfter the odd name: the axolotl.\n", encoding="utf-8")
     wait_for("the change after it served", lambda: _served(setup, "notes", "axolotl", "axolotl"))
-    with open(os.path.join(os.fsencode(notes), b"caf\xe9.md"), "ab") as bad:  # and changed again
-        bad.write(b"More.\n")
+    for _ in range(5):  # and changed again, in quick succession: a file, not a folder, so no polling
+        with open(os.path.join(os.fsencode(notes), b"caf\xe9.md"), "ab") as bad:
+            bad.write(b"More.\n")
+        time.sleep(0.02)
     (notes / "c.md").write_text("# On-call\n\nAnd again: the pangolin.\n", encoding="utf-8")
     wait_for("the next change served", lambda: _served(setup, "notes", "pangolin", "pangolin"))
 
