@@ -126,3 +126,103 @@ def test_the_fakes_depend_on_the_core_only() -> None:
         for module in imported_modules(path):
             assert not (module.startswith("memory_core.adapters") and not module.startswith(
                 "memory_core.adapters.in_memory")), f"{path.name} imports {module}"
+
+
+# -- import cycles ------------------------------------------------------------------------------
+def import_graph() -> dict[str, set[str]]:
+    """Every layered module and the layered modules it imports (lazy imports included: a cycle
+    through a function-level import still ties the modules' meanings together). ``from m import
+    x`` counts ``m.x`` when that is a module, else ``m``."""
+    modules = {module_name(p): p for p in layered_files()}
+    modules.setdefault("memory_core", CORE / "__init__.py")
+
+    def owner(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+        graph[name] = {o for t in targets if t.startswith("memory_core") and (o := owner(t)) not in (None, name)}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycle_anywhere() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_sees_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# -- finer rules, per subpackage ------------------------------------------------------------------
+PURE_CORE = ("memory_core.domain", "memory_core.retrieval", "memory_core.runs", "memory_core.evaluation",
+             "memory_core.ports")  # fmt: skip
+
+
+def adapter_files() -> list[Path]:
+    return sorted((ROOT / "adapters").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", adapter_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_adapters_import_only_the_domain_ports_and_pure_rules(path: Path) -> None:
+    """An adapter implements a port with the core's values and rules: never a use case
+    (services), never a transport; and a real adapter never leans on a fake."""
+    fake = "in_memory" in path.relative_to(ROOT).parts
+    for module in imported_modules(path):
+        if not module.startswith("memory_core") or module == "memory_core":
+            continue
+        if module.startswith("memory_core.adapters"):
+            assert fake or not module.startswith("memory_core.adapters.in_memory"), f"{path.name} imports the fake {module}"
+            continue
+        assert module.startswith(PURE_CORE), f"{path.relative_to(ROOT)} imports {module}: not domain, ports or rules"

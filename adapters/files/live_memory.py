@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from memory_core.adapters.files.filesystem_sources import RACY_WINDOW_NS
 from memory_core.domain.model import EffectiveMemory, Project, Source
 from memory_core.ports import SourceScanner
-from memory_core.services.live_memory import read_effective_memory
+from memory_core.retrieval.effective_memory import read_effective_memory
 
 Fingerprint = tuple[tuple[str, int, int, int, int], ...]
 

@@ -55,9 +55,8 @@ from memory_core.adapters.files.watch_health import (
     utc_now,
 )
 from memory_core.domain.errors import MemoryCoreError, SourceUnavailable
-from memory_core.domain.model import EffectiveMemory, Project
+from memory_core.domain.model import EffectiveMemory, IndexReport, Project
 from memory_core.domain.progress import Progress
-from memory_core.services.indexing import IndexReport
 
 log = logging.getLogger("memory_core.watcher")
 

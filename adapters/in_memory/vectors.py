@@ -14,6 +14,7 @@ from pathlib import Path
 
 from memory_core.domain.errors import GenerationCorrupted, InvalidRequest
 from memory_core.domain.model import Hit, Vector
+from memory_core.domain.storage_rules import validate_build_input
 
 _WORD = re.compile(r"\w+")
 
@@ -94,21 +95,6 @@ class InMemoryVectorIndexFactory:
             return self._built[str(directory)]
         except KeyError:
             raise GenerationCorrupted(f"no vector index built at {directory}", directory=str(directory)) from None
-
-
-def validate_build_input(unit_ids: Sequence[str], lengths: Sequence[int]) -> int:
-    """Checks ids against vectors; returns the common dimension count (0 when empty)."""
-    if len(unit_ids) != len(lengths):
-        raise InvalidRequest(f"{len(unit_ids)} unit ids but {len(lengths)} vectors")
-    if len(set(unit_ids)) != len(unit_ids):
-        raise InvalidRequest("duplicate unit ids in a vector index")
-    dims = set(lengths)
-    if len(dims) > 1:
-        raise InvalidRequest("vectors of different dimensions", dimensions=sorted(dims))
-    dim = dims.pop() if dims else 0
-    if unit_ids and dim == 0:
-        raise InvalidRequest("vectors must have at least one dimension")
-    return dim
 
 
 class HashingEmbedder:

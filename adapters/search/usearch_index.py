@@ -29,9 +29,9 @@ import numpy as np
 
 from memory_core.adapters.files.blob_store import write_private
 from memory_core.adapters.files.disk_errors import disk_writes
-from memory_core.adapters.in_memory.vectors import validate_build_input
 from memory_core.domain.errors import GenerationCorrupted, InvalidRequest
 from memory_core.domain.model import Hit, Vector
+from memory_core.domain.storage_rules import validate_build_input
 
 VECTORS_FILE = "vectors.npy"
 IDS_FILE = "unit_ids.json"

@@ -6,16 +6,15 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from memory_core.domain.errors import InvalidActivationState, InvalidRequest
 from memory_core.domain.model import Layer
-from memory_core.domain.progress import Progress
 from memory_core.entrypoints.bootstrap import bootstrap
 from memory_core.entrypoints.cli import render, wire
-from memory_core.entrypoints.cli.main import _emit_json, _parse_source, hint
+from memory_core.entrypoints.cli.common import emit_json, hint, parse_source, progress_bar
 from memory_core.entrypoints.cli.output_file import OutputFile
 from memory_core.entrypoints.wire_input import decode_json
 from memory_core.runs.records import RunFilter
@@ -46,31 +45,12 @@ def run(args: argparse.Namespace) -> int:
         engine.close()
 
 
-def progress_bar(enabled: bool) -> tuple[AbstractContextManager[Any], Progress | None]:
-    # Only on a terminal: piped, rich's transient bar leaves a blank line ahead of the output.
-    if not enabled or not render.console().is_terminal:
-        return nullcontext(), None
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-    from rich.progress import Progress as Bar
-
-    bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-              TextColumn("eta"), TimeRemainingColumn(), transient=True)  # fmt: skip
-    tasks: dict[str, Any] = {}
-
-    def update(stage: str, done: int, total: int) -> None:
-        if stage not in tasks:
-            tasks[stage] = bar.add_task(stage, total=total)
-        bar.update(tasks[stage], completed=done, total=total)
-
-    return bar, update
-
-
 def project_add(engine: Engine, args: argparse.Namespace) -> int:
     default = Layer(args.layer)
-    project = engine.add_project(args.name, [_parse_source(s, default) for s in args.source])
+    project = engine.add_project(args.name, [parse_source(s, default) for s in args.source])
     info = engine.show_project(project.project_id)
     if args.json:
-        _emit_json(wire.project_to_json(info))
+        emit_json(wire.project_to_json(info))
     else:
         render.console().print(
             hint(f"added project {project.project_id}; next: memcore index {project.project_id}", args.home)
@@ -81,7 +61,7 @@ def project_add(engine: Engine, args: argparse.Namespace) -> int:
 def project_list(engine: Engine, args: argparse.Namespace) -> int:
     infos = engine.list_projects()
     if args.json:
-        _emit_json([wire.project_to_json(i) for i in infos])
+        emit_json([wire.project_to_json(i) for i in infos])
     else:
         render.console().print(render.projects_table(infos))
     return 0
@@ -92,7 +72,7 @@ def project_show(engine: Engine, args: argparse.Namespace) -> int:
 
     info = engine.show_project(args.name)
     if args.json:
-        _emit_json({**wire.project_to_json(info), **(show_health(engine, info, True) or {})})
+        emit_json({**wire.project_to_json(info), **(show_health(engine, info, True) or {})})
     else:
         render.console().print(render.projects_table([info]))
         show_health(engine, info, False)  # watching, last change, last re-index, pending, errors
@@ -109,7 +89,7 @@ def project_remove(engine: Engine, args: argparse.Namespace) -> int:
         return 0
     report = engine.remove_project(args.name, purge=args.purge)
     if args.json:
-        _emit_json({"removed": args.name, **wire.to_json(report)})
+        emit_json({"removed": args.name, **wire.to_json(report)})
     else:
         kept = f", kept {report.kept_pinned} pinned Runs of its Evaluation Cases" if report.kept_pinned else ""
         cases = f", {report.deleted_cases} Evaluation Cases" if args.purge else ""
@@ -129,7 +109,7 @@ def project_storage(engine: Engine, args: argparse.Namespace) -> int:
     else:
         storage = engine.project_storage(args.name)
     if args.json:
-        _emit_json(wire.to_json(storage))
+        emit_json(wire.to_json(storage))
         return 0
     out = render.console()
     out.print(render.storage_table(storage))
@@ -154,7 +134,7 @@ def index(engine: Engine, args: argparse.Namespace) -> int:
     if args.json and args.watch:  # JSON lines: this report, then one line per re-index
         sys.stdout.write(json.dumps(wire.index_report_to_json(report), ensure_ascii=False) + "\n")
     elif args.json:
-        _emit_json(wire.index_report_to_json(report))
+        emit_json(wire.index_report_to_json(report))
     else:
         out.print(render.index_summary(report))
     if args.watch:
@@ -185,7 +165,7 @@ def activate(engine: Engine, args: argparse.Namespace) -> int:
     if warning:
         print(f"warning: {hint(warning, args.home)}", file=sys.stderr)  # stderr: --json output stays one document
     if args.json:
-        _emit_json(
+        emit_json(
             {
                 "response": wire.response_to_json(activation.response),
                 "candidates": wire.candidates_to_json(activation.candidates),
@@ -219,7 +199,7 @@ def runs_list(engine: Engine, args: argparse.Namespace) -> int:
     )
     page = engine.list_runs(run_filter, limit=args.limit, cursor=args.cursor)
     if args.json:
-        _emit_json(wire.to_json(page))
+        emit_json(wire.to_json(page))
     else:
         render.console().print(render.runs_table(page))
     return 0
@@ -228,7 +208,7 @@ def runs_list(engine: Engine, args: argparse.Namespace) -> int:
 def runs_show(engine: Engine, args: argparse.Namespace) -> int:
     detail = engine.get_run(args.run_id, manifest=args.manifest)
     if args.json:
-        _emit_json(wire.to_json(detail))
+        emit_json(wire.to_json(detail))
     else:
         out = render.console()
         for line in render.run_detail(detail, args.rows):
@@ -251,7 +231,7 @@ def runs_clear(engine: Engine, args: argparse.Namespace) -> int:
         return 0
     report = engine.clear_runs(args.project)
     if args.json:
-        _emit_json(wire.to_json(report))
+        emit_json(wire.to_json(report))
     else:
         render.console().print(
             f"deleted {report.deleted_runs} unpinned Runs, kept {report.kept_pinned} pinned, "

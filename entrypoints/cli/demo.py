@@ -19,7 +19,7 @@ from memory_core.adapters.system.home import DIR_MODE, FILE_MODE, HomeLayout
 from memory_core.domain.errors import ProjectNotFound
 from memory_core.domain.model import Layer, Source
 from memory_core.entrypoints.cli import render, wire
-from memory_core.entrypoints.cli.commands import progress_bar
+from memory_core.entrypoints.cli.common import progress_bar
 from memory_core.services.activation import Activation
 from memory_core.services.engine import Engine
 

@@ -10,11 +10,9 @@ from typing import Any
 
 from rich.table import Table
 
-from memory_core.domain.errors import InvalidRequest
 from memory_core.entrypoints.cli import render
-from memory_core.entrypoints.cli.main import _emit_json
+from memory_core.entrypoints.cli.common import emit_json, read_json
 from memory_core.entrypoints.cli.wire import to_json
-from memory_core.entrypoints.wire_input import decode_json
 from memory_core.evaluation.report import Report
 from memory_core.services.engine import Engine
 
@@ -23,7 +21,7 @@ def add_parser(sub: Any) -> None:
     ev = sub.add_parser("eval", help="Evaluation Sets: cases, judgments, report, export/import").add_subparsers(
         dest="action", required=True, help="what to do with the Evaluation Set"
     )
-    from memory_core.entrypoints.cli import profile_commands  # it imports this module's helpers
+    from memory_core.entrypoints.cli import profile_commands
 
     profile_commands.add_tune_parser(ev)
     case = ev.add_parser("case", help="Evaluation Cases: create from a Run, list, show").add_subparsers(
@@ -97,25 +95,10 @@ def _case_filter(p: Any) -> Any:
 def _answer(out: Any, as_json: bool, value: Any, lines: Callable[[Any], Iterable[Any]]) -> None:
     """``value`` as JSON (--json), else printed item by item as ``lines`` lays it out."""
     if as_json:
-        _emit_json(to_json(value))
+        emit_json(to_json(value))
     else:
         for item in lines(value):
             out.print(item)
-
-
-def _read(path: str) -> bytes:
-    try:
-        return sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except OSError as exc:
-        raise InvalidRequest(f"cannot read {path!r}: {exc.strerror or exc}", path=path) from exc
-
-
-def _read_json(path: str, what: str, *, document: bool = False) -> Any:
-    """A JSON file (``-``: stdin) through the boundary decoder the daemon and MCP use."""
-    value = decode_json(_read(path), what=f"{what} {path!r}")
-    if document and not isinstance(value, dict):
-        raise InvalidRequest(f"{what} {path!r} must be a JSON object", path=path)
-    return value
 
 
 def _workspace(engine: Engine, home: Path) -> Any:
@@ -213,13 +196,13 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
     if action == "case create":
         case = engine.create_evaluation_case(args.run_id)
         if args.json:
-            _emit_json(to_json(case))
+            emit_json(to_json(case))
         else:
             out.print(f"case {case.case_id} from run {case.source_run_id} (corpus {case.corpus_id[:12]}); run pinned")
     elif action == "case list":
         cases = service.list_cases(args.project)
         if args.json:
-            _emit_json(to_json(cases))
+            emit_json(to_json(cases))
         else:
             table = Table(title="Evaluation Cases")
             for col in ("case", "project", "query", "judgment version", "reviewed", "provenance"):
@@ -237,20 +220,20 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
     elif action == "case show":
         detail = service.show_case(args.case_id)
         if args.json:
-            _emit_json(to_json(detail))
+            emit_json(to_json(detail))
         else:  # what a judge reads: every candidate's text from the frozen corpus
             for item in render.case_detail(detail):
                 out.print(item, highlight=False)
     elif action == "judge":
-        judgments = _read_json(args.file, "judgment file")
+        judgments = read_json(args.file, "judgment file")
         judged = engine.replace_evaluation_judgments(args.case_id, args.expected_version, judgments)
         if args.json:
-            _emit_json(to_json(judged))
+            emit_json(to_json(judged))
         else:
             out.print(f"case {args.case_id}: judgments version {judged.version} ({len(judged.judgments)} judgments)")
     elif action == "review":
         case = service.mark_reviewed(args.case_id, args.expected_version)
-        _emit_json(to_json(case)) if args.json else out.print(f"case {case.case_id} reviewed")
+        emit_json(to_json(case)) if args.json else out.print(f"case {case.case_id} reviewed")
     elif action == "report":
         _answer(out, args.json, engine.evaluation_report(args.project, args.cases), report_tables)
     elif action == "export":
@@ -263,7 +246,7 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
             Path(args.out).write_bytes(data)
             out.print(f"wrote {args.out} ({len(data):,} bytes)")
     elif action == "import":
-        result = engine.import_evaluation_set(_read_json(args.file, "fixture", document=True))
+        result = engine.import_evaluation_set(read_json(args.file, "fixture", document=True))
         _answer(out, args.json, result, import_summary)
     elif action == "import-beir":
         from memory_core.services.beir_import import import_beir
@@ -272,7 +255,7 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
             service, _workspace(engine, home), args.folder, args.project, split=args.split, reviewed=args.reviewed
         )
         if args.json:
-            _emit_json(to_json(beir))
+            emit_json(to_json(beir))
         else:
             out.print(f"imported {beir.created} cases ({beir.resumed} resumed) into project {beir.project_id}")
             for item in report_tables(beir.report):
@@ -282,9 +265,9 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
         from memory_core.services.fixtures import evaluation_set
         from memory_core.services.replay import baseline_from_report, replay
 
-        fixture = _read_json(args.fixture, "fixture", document=True) if args.fixture else None
+        fixture = read_json(args.fixture, "fixture", document=True) if args.fixture else None
         replay_cases = load_fixture(fixture) if fixture is not None else evaluation_set(service)
-        baseline_report = _read_json(args.baseline, "baseline report", document=True) if args.baseline else None
+        baseline_report = read_json(args.baseline, "baseline report", document=True) if args.baseline else None
         baseline = baseline_from_report(baseline_report) if baseline_report is not None else None
         replayed = replay(
             replay_cases,

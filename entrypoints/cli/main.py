@@ -6,16 +6,14 @@ import argparse
 import contextvars
 import json
 import os
-import re
-import shlex
 import sys
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
-from memory_core.domain.canonical import printable
 from memory_core.domain.errors import InvalidRequest, MemoryCoreError
-from memory_core.domain.model import Layer, Source, validate_source_path
+from memory_core.domain.model import Layer
+from memory_core.entrypoints.cli.common import COMMAND_NAMES as COMMAND_NAMES  # the parser test reads it here
+from memory_core.entrypoints.cli.common import hint
 from memory_core.entrypoints.daemon import cli as daemon_cli  # argparse only: cheap
 from memory_core.entrypoints.wire_input import check_arguments, encodable
 
@@ -69,40 +67,6 @@ def add_global_options(parser: argparse.ArgumentParser) -> None:
             child.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP)
 
 
-# The commands, for hints: "memcore index notes" is one, "a memcore daemon" is not (a test holds
-# this equal to the parser's).
-COMMAND_NAMES = ("activate", "contracts", "demo", "eval", "index", "mcp", "project", "runs", "serve", "status", "ui")
-_COMMAND = re.compile(rf"\bmemcore (?=(?:{'|'.join(COMMAND_NAMES)})\b)")
-
-
-def hint(text: str, home: str | None) -> str:
-    """``text`` with every ``memcore <command>`` it suggests run against the same home: with
-    ``--home H`` when the command was given one. The one place hints get it, whoever wrote them
-    (the engine's errors know no home)."""
-    if not home:
-        return text
-    return _COMMAND.sub(lambda _: f"memcore --home {shlex.quote(home)} ", text)
-
-
-def _parse_source(raw: str, default_layer: Layer) -> Source:
-    """``[LAYER=]PATH``; a path that merely contains ``=`` is kept whole. What cannot be a source
-    (``~nouser``, a name that is not UTF-8) is InvalidRequest, one that is not a readable folder
-    SourceUnavailable, before anything is stored."""
-    layer_name, sep, path = raw.partition("=")
-    layer = default_layer
-    if sep and layer_name in {known.value for known in Layer}:
-        raw, layer = path, Layer(layer_name)
-    validate_source_path(raw)
-    try:
-        resolved = str(Path(raw).expanduser().resolve())
-    except (RuntimeError, OSError) as exc:  # RuntimeError: an unknown ~user, or a symlink loop
-        raise InvalidRequest(f"cannot resolve source path '{printable(raw)}': {exc}", path=printable(raw)) from exc
-    from memory_core.adapters.files.filesystem_sources import source_root
-
-    source_root(resolved)  # a folder that is not there (or not a folder, or unreadable): source_unavailable
-    return Source(validate_source_path(resolved), layer)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="memcore", description="Local, explainable memory for AI agents.")
     parser.add_argument("--version", action="version", version=f"memcore {_package_version()}",
@@ -151,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "move":
             p.add_argument("destination", help="an empty or new directory (made owner-only)")
         p.add_argument("--json", action="store_true")
-    from memory_core.entrypoints.cli import profile_commands  # it imports this module's helpers
+    from memory_core.entrypoints.cli import profile_commands
 
     profile_commands.add_project_parser(project)
 
@@ -203,10 +167,6 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="print the activations as JSON")
     add_global_options(parser)  # last: every command exists by now
     return parser
-
-
-def _emit_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
 # Arguments that are only files this process opens (any bytes make a file name), and --source,

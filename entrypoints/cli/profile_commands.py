@@ -9,8 +9,7 @@ from typing import Any
 
 from memory_core.domain.errors import InvalidRequest
 from memory_core.entrypoints.cli import render, wire
-from memory_core.entrypoints.cli.eval_commands import _read_json
-from memory_core.entrypoints.cli.main import _emit_json, hint
+from memory_core.entrypoints.cli.common import emit_json, hint, read_json
 from memory_core.evaluation.tuning import DEFAULT_FOLDS, GRID_KEYS, TuneResult
 from memory_core.services.engine import Engine
 from memory_core.services.profiles import ProfileView
@@ -87,13 +86,13 @@ def project_profile(engine: Engine, args: argparse.Namespace) -> int:
         if args.from_tune:
             view = engine.set_project_profile(args.name, from_tune=args.from_tune)
         else:
-            view = engine.set_project_profile(args.name, _read_json(args.file, "profile file", document=True))
+            view = engine.set_project_profile(args.name, read_json(args.file, "profile file", document=True))
     elif args.profile_action == "restore":
         view = engine.restore_project_profile(args.name, args.version)
     else:
         view = engine.project_profile(args.name)
     if args.json:
-        _emit_json(wire.to_json(view))
+        emit_json(wire.to_json(view))
         return 0
     render.console().print("\n".join(_profile_lines(view)), markup=False)
     return 0
@@ -127,7 +126,7 @@ def tune(engine: Engine, args: argparse.Namespace) -> int:
     result = engine.tune_project(args.project, grid=parse_grid(args.grid), folds=args.folds, level=args.level,
                                  include_unreviewed=args.include_unreviewed)  # fmt: skip
     if args.json:
-        _emit_json(wire.to_json(result))
+        emit_json(wire.to_json(result))
         return 0
     render.console().print("\n".join(_tune_lines(result, args.home)), markup=False)
     return 0

@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon's Ctrl-C reaches us through it
     os.nice(JOB_NICENESS)
     _limit_memory()
-    from memory_core.entrypoints.daemon.server import configure_logging
+    from memory_core.entrypoints.daemon.logs import configure_logging
 
     configure_logging()  # JSON lines, as the daemon's own, into the same log
     operation, op_args, op_kwargs = pickle.loads(sys.stdin.buffer.read())

@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import logging
 import os
 import signal
 import socket
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -37,41 +35,16 @@ from typing import Any
 from memory_core.domain.errors import InvalidRequest, MemoryCoreError
 from memory_core.entrypoints.daemon import paths
 from memory_core.entrypoints.daemon.background import drain, recover_interrupted_runs, start_watcher, warm_up
-from memory_core.entrypoints.daemon.cli import add_serve_arguments, serve_options
 from memory_core.entrypoints.daemon.dispatch import Context
 from memory_core.entrypoints.daemon.idle import DEFAULT_IDLE_EXIT_S, IdleClock
 from memory_core.entrypoints.daemon.jobs import JobRunner
+from memory_core.entrypoints.daemon.logs import JsonFormatter as JsonFormatter  # read here by tests and tools
+from memory_core.entrypoints.daemon.logs import configure_logging
+from memory_core.entrypoints.daemon.options import add_serve_arguments, serve_options
 from memory_core.entrypoints.daemon.sockets import DaemonLock, bind_socket, bind_ui_socket, remove_socket
 from memory_core.services.engine import Engine
 
 log = logging.getLogger("memory_core.daemon")
-
-
-# -- logs -------------------------------------------------------------------------------------
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, message, the record's ``fields``, exception."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "ts": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            out.update(fields)
-        if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
-        return json.dumps(out, ensure_ascii=False, default=str)
-
-
-def configure_logging(level: str = "info") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
 
 
 # -- serve ------------------------------------------------------------------------------------

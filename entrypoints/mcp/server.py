@@ -211,7 +211,7 @@ def main(home: str | None = None, *, start_timeout_s: float = 60.0, log_level: s
     from mcp.server.stdio import stdio_server
 
     from memory_core.adapters.system.home import prepare_home, resolve_home
-    from memory_core.entrypoints.daemon.server import configure_logging
+    from memory_core.entrypoints.daemon.logs import configure_logging
 
     configure_logging(log_level)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request: the "call" line says it

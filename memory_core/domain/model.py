@@ -207,3 +207,17 @@ Vector = Sequence[float]
 
 
 Hit = tuple[str, float]  # (unit_id, score), best first
+
+
+@attrs.frozen
+class IndexReport:
+    project_id: str
+    index_revision: str
+    status: str  # "built" or "unchanged"
+    effective_memory_hash: str
+    resources: int
+    units: int
+    embedded: int
+    reused_embeddings: int
+    seconds: float
+    warnings: tuple[str, ...]

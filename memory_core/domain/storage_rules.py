@@ -83,3 +83,18 @@ class FileStamp(NamedTuple):
     @classmethod
     def of(cls, st: os.stat_result) -> FileStamp:
         return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def validate_build_input(unit_ids: Sequence[str], lengths: Sequence[int]) -> int:
+    """Checks ids against vectors; returns the common dimension count (0 when empty)."""
+    if len(unit_ids) != len(lengths):
+        raise InvalidRequest(f"{len(unit_ids)} unit ids but {len(lengths)} vectors")
+    if len(set(unit_ids)) != len(unit_ids):
+        raise InvalidRequest("duplicate unit ids in a vector index")
+    dims = set(lengths)
+    if len(dims) > 1:
+        raise InvalidRequest("vectors of different dimensions", dimensions=sorted(dims))
+    dim = dims.pop() if dims else 0
+    if unit_ids and dim == 0:
+        raise InvalidRequest("vectors must have at least one dimension")
+    return dim

@@ -21,7 +21,7 @@ import attrs
 
 from memory_core.domain.canonical import OMIT_NONE, hash_json, is_utf8_text, plain
 from memory_core.domain.errors import InvalidRequest
-from memory_core.domain.evaluation_errors import InvalidJudgments
+from memory_core.domain.evaluation_errors import EvaluationJudgmentConflict, InvalidJudgments
 from memory_core.domain.model import ManifestEntry, manifest_hash
 from memory_core.evaluation.metrics import MAX_RELEVANCE, Judgments
 from memory_core.evaluation.passages import CandidatePassage
@@ -291,3 +291,17 @@ class CaseDetail:
     metrics: CaseMetrics
     missed: tuple[MissedEvidence, ...]
     passages: tuple[CandidatePassage, ...]  # the trace's candidates, in its order
+
+
+def check_judgment_version(case: Case, expected: int) -> Case:
+    """``case``, if its judgments are at version ``expected``; else the stale-version error (the
+    service's early check and the stores' compare-and-set)."""
+    current = case.judgment_version
+    if current != expected:
+        raise EvaluationJudgmentConflict(
+            f"judgments of case {case.case_id!r} are at version {current}, not {expected}: reload and retry",
+            case_id=case.case_id,
+            expected_version=expected,
+            current_version=current,
+        )
+    return case

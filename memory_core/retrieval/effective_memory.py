@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
-from memory_core.domain.model import EffectiveMemory, ManifestEntry, ScannedResource
+from memory_core.domain.model import EffectiveMemory, ManifestEntry, Project, ScannedResource, Source
 
 
 def resolve(
@@ -39,3 +40,20 @@ def resolve(
     ]
     paths = {r.resource_id: r.path for _, _, r in ordered}
     return EffectiveMemory.from_entries(project_id, entries, paths, warnings)
+
+
+class Scanner(Protocol):
+    """What reading an Effective Memory needs of a scanner (``ports.SourceScanner`` is one)."""
+
+    def scan(self, source: Source, *, rehash: bool = False) -> tuple[list[ScannedResource], list[str]]: ...
+
+
+def read_effective_memory(project: Project, scanner: Scanner, *, rehash: bool = False) -> EffectiveMemory:
+    """Walk every source of ``project`` and resolve overrides (``rehash``: hash every file anew)."""
+    scanned: list[list[ScannedResource]] = []
+    warnings: list[str] = []
+    for source in project.sources:
+        found, source_warnings = scanner.scan(source, rehash=rehash)
+        scanned.append(found)
+        warnings.extend(source_warnings)
+    return resolve(project.project_id, scanned, warnings)

@@ -9,7 +9,6 @@ from typing import Any, Unpack
 from memory_core.domain.errors import InvalidRequest, MemoryCoreError
 from memory_core.domain.evaluation_errors import (
     EvaluationCorpusIncomplete,
-    EvaluationJudgmentConflict,
     EvaluationRunNotSucceeded,
     InvalidJudgments,
 )
@@ -24,6 +23,7 @@ from memory_core.evaluation.cases import (
     Judgment,
     JudgmentSet,
     SourceTrace,
+    check_judgment_version,
     parse_judgments,
     target_problems,
     validate_case_id,
@@ -40,6 +40,7 @@ from memory_core.evaluation.report import (
 from memory_core.ports import BlobStore
 from memory_core.ports.evaluation import EvaluationStore, RunSource
 from memory_core.runs.records import SUCCEEDED
+from memory_core.services import fixtures
 
 
 def _check_version(value: object, name: str = "expected_judgment_version") -> int:
@@ -240,20 +241,16 @@ class EvaluationService:
             reviewed_cases=sum(1 for c in cases if c.reviewed),
         )
 
-    # -- fixtures (memory_core.evaluation.fixture; imported here lazily, it builds on this module) -------------
+    # -- fixtures (services/fixtures.py, which reads this service through its own Protocol) ------------------
 
     def export_fixture(self, **scope: Unpack[ExportScope]) -> bytes:
         """The self-contained JSON fixture of a project's cases, chosen cases, or all
         (``with_uris``: keep each resource's ``file:///`` URI; otherwise its resource id)."""
-        from memory_core.services.fixtures import export_fixture
-
-        return export_fixture(self, **scope)
+        return fixtures.export_fixture(self, **scope)
 
     def import_fixture(self, data: bytes | str | Mapping[str, Any]) -> ImportResult:
         """Verify a fixture whole, then store what is new (nothing on any problem)."""
-        from memory_core.services.fixtures import import_fixture
-
-        return import_fixture(self, data)
+        return fixtures.import_fixture(self, data)
 
     def case_inputs(self, cases: Sequence[Case]) -> list[CaseInput]:
         corpora: dict[str, dict[str, str]] = {}
@@ -276,17 +273,3 @@ class EvaluationService:
             judgments=current.to_metric_judgments(trace.unit_resources()),
             corpus_hashes=hashes,
         )
-
-
-def check_judgment_version(case: Case, expected: int) -> Case:
-    """``case``, if its judgments are at version ``expected``; else the stale-version error (the
-    service's early check and the stores' compare-and-set)."""
-    current = case.judgment_version
-    if current != expected:
-        raise EvaluationJudgmentConflict(
-            f"judgments of case {case.case_id!r} are at version {current}, not {expected}: reload and retry",
-            case_id=case.case_id,
-            expected_version=expected,
-            current_version=current,
-        )
-    return case

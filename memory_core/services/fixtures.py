@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Mapping, Sequence
-from typing import Any, Unpack
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, Unpack
 
 from memory_core.domain.canonical import canonical_json, plain
 from memory_core.domain.errors import BlobCorrupted, BlobNotFound
@@ -16,6 +16,7 @@ from memory_core.evaluation.cases import (
     CaseRecord,
     Corpus,
     JudgmentSet,
+    SourceTrace,
 )
 from memory_core.evaluation.fixture import (
     BLOB_WRITERS,
@@ -31,9 +32,26 @@ from memory_core.evaluation.fixture import (
     portable_corpus,
     portable_record,
 )
-from memory_core.evaluation.report import METRIC_CONVENTIONS, CaseInput, build_report
+from memory_core.evaluation.report import METRIC_CONVENTIONS, CaseInput, Report, build_report
 from memory_core.ports import BlobStore
-from memory_core.services.evaluation import EvaluationService
+from memory_core.ports.evaluation import EvaluationStore
+
+
+class EvaluationService(Protocol):
+    """What export and import read of ``services.evaluation.EvaluationService``: declared here,
+    so that the service can offer ``export_fixture``/``import_fixture`` without an import cycle."""
+
+    store: EvaluationStore
+    blobs: BlobStore
+    now: Callable[[], str]
+
+    def get_case(self, case_id: str) -> Case: ...
+    def list_cases(self, project_id: str | None = None, case_ids: Sequence[str] | None = None) -> list[Case]: ...
+    def get_trace(self, case_id: str) -> SourceTrace: ...
+    def get_corpus(self, corpus_id: str) -> Corpus: ...
+    def judgments(self, case_id: str, version: int | None = None) -> JudgmentSet: ...
+    def judgment_history(self, case_id: str) -> list[JudgmentSet]: ...
+    def report(self, project_id: str | None = None, case_ids: Sequence[str] | None = None) -> Report: ...
 
 
 def export_document(

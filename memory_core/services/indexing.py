@@ -23,6 +23,9 @@ from memory_core.domain.model import (
     Vector,
     index_revision_of,
 )
+from memory_core.domain.model import (
+    IndexReport as IndexReport,  # re-exported: callers named it here before it moved to the domain
+)
 from memory_core.domain.progress import Progress
 from memory_core.ports import (
     BlobStore,
@@ -37,7 +40,7 @@ from memory_core.ports import (
     VectorIndexFactory,
 )
 from memory_core.ports.runs import CorpusRegistry
-from memory_core.services.live_memory import read_effective_memory
+from memory_core.retrieval.effective_memory import read_effective_memory
 from memory_core.services.manifests import stored_manifest
 
 EMBED_BATCH = 64
@@ -54,20 +57,6 @@ def _require_entries(memory: EffectiveMemory) -> None:
         raise EmptyProject(
             f"project {memory.project_id!r} has no markdown or text resource to index", project=memory.project_id
         )
-
-
-@attrs.frozen
-class IndexReport:
-    project_id: str
-    index_revision: str
-    status: str  # "built" or "unchanged"
-    effective_memory_hash: str
-    resources: int
-    units: int
-    embedded: int
-    reused_embeddings: int
-    seconds: float
-    warnings: tuple[str, ...]
 
 
 @attrs.define

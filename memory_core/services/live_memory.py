@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-from memory_core.domain.model import EffectiveMemory, Project, ScannedResource
+from memory_core.domain.model import EffectiveMemory, Project
 from memory_core.ports import SourceScanner
-from memory_core.retrieval.effective_memory import resolve
+from memory_core.retrieval.effective_memory import read_effective_memory as read_effective_memory  # re-exported
 
 
 class ScanningLiveMemory:
@@ -30,14 +30,3 @@ class ScanningLiveMemory:
 
     def reindex_pending(self, project_id: str) -> bool:
         return False
-
-
-def read_effective_memory(project: Project, scanner: SourceScanner, *, rehash: bool = False) -> EffectiveMemory:
-    """Walk every source of ``project`` and resolve overrides (``rehash``: hash every file anew)."""
-    scanned: list[list[ScannedResource]] = []
-    warnings: list[str] = []
-    for source in project.sources:
-        found, source_warnings = scanner.scan(source, rehash=rehash)
-        scanned.append(found)
-        warnings.extend(source_warnings)
-    return resolve(project.project_id, scanned, warnings)
