@@ -117,7 +117,17 @@ class DaemonClient:
         method = dispatch.lookup(name)
         if not isinstance(request, method.request):
             raise TypeError(f"{name} takes {method.request.__name__}, not {type(request).__name__}")
-        payload = json.dumps(api.unstructure(self._converter, request), allow_nan=False, separators=(",", ":")).encode()
+        body = self.call_json(name, api.unstructure(self._converter, request))
+        try:
+            return api.structure(self._converter, body, method.response)
+        except MemoryCoreError as exc:
+            raise MemoryCoreError(f"daemon response to {name} does not match {method.response.__name__}: "
+                                  f"{exc.message}", **exc.details) from exc
+
+    def call_json(self, name: str, body: Mapping[str, Any]) -> Any:
+        """Call ``name`` with a JSON body as it is (the daemon decodes and checks it); return its
+        JSON answer as it is (what MCP forwards), or raise its error typed."""
+        payload = json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
         try:
             reply = self._http.post(f"/v1/{name}", content=payload, headers={"content-type": "application/json"})
         except self._httpx.TransportError as exc:
@@ -126,16 +136,12 @@ class DaemonClient:
                 socket=str(self.socket_path),
             ) from exc
         try:
-            body = reply.json()
+            answer = reply.json()
         except ValueError as exc:
             raise MemoryCoreError(f"daemon answered {reply.status_code} with a body that is not JSON") from exc
         if reply.status_code != 200:
-            raise _error_from(body, reply.status_code)
-        try:
-            return api.structure(self._converter, body, method.response)
-        except MemoryCoreError as exc:
-            raise MemoryCoreError(f"daemon response to {name} does not match {method.response.__name__}: "
-                                  f"{exc.message}", **exc.details) from exc
+            raise _error_from(answer, reply.status_code)
+        return answer
 
     def close(self) -> None:
         self._http.close()

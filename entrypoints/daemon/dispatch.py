@@ -1,11 +1,16 @@
-"""The one dispatch table: every daemon method is one ``Method`` (name, request type, response
-type, handler). The HTTP app, the OpenAPI document and the client are all derived from it, so
-adding a method is adding one entry here (and its types in ``api``)."""
+"""The one table of operations: every use case the daemon serves is one ``Method`` (name, what it
+is, request type, response type, handler). What it is (``Trait``): read-only or writing, allowed
+on the UI port, exposed over MCP, a job (long: it runs beside activations) or a quick call.
+Derived from it: the HTTP routes (``app``), the OpenAPI document (``openapi``), the typed client
+(``client``), the UI port's allow-list (``ui.app.UI_METHODS``), the MCP tools' methods
+(``MCP_METHODS``) and the CLI's daemon calls (through the client). Adding a method is adding one
+entry here, its handler and its types in ``api``."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import enum
 import os
 import threading
 import time
@@ -46,9 +51,23 @@ SERVICE = "memory-core"
 R = TypeVar("R")
 
 
+class Trait(enum.Flag):
+    """What an operation is; ``READ`` (no flag) is a read-only quick call."""
+
+    READ = 0
+    WRITE = enum.auto()  # changes stored state (a Run recorded counts)
+    UI = enum.auto()  # allowed on the UI port (a page in the user's browser may call it)
+    MCP = enum.auto()  # what an MCP tool forwards to
+    JOB = enum.auto()  # long: runs as a job beside activations (list_jobs shows it)
+
+
+READ, WRITE, UI, MCP, JOB = Trait.READ, Trait.WRITE, Trait.UI, Trait.MCP, Trait.JOB
+
+
 @attrs.frozen
 class Method:
     name: str
+    traits: Trait
     request: type
     response: type
     handler: Callable[[Context, Any], Any]
@@ -140,12 +159,6 @@ def runtime_status(ctx: Context, _: api.RuntimeStatusRequest) -> api.RuntimeStat
 
 
 def add_project(ctx: Context, req: api.AddProjectRequest) -> ProjectInfo:
-    if not req.sources:
-        raise err.InvalidRequest("a project needs at least one source")
-    for source in req.sources:
-        # The daemon's working directory is not the caller's: a relative path would be wrong.
-        if not os.path.isabs(source.path):
-            raise err.InvalidRequest(f"source path {source.path!r} must be absolute", path=source.path)
     project = ctx.engine.add_project(req.project_id, req.sources)
     if ctx.watcher is not None:
         ctx.watcher.project_added(project)
@@ -183,11 +196,6 @@ def _no_reindex(ctx: Context, project_id: str) -> Iterator[None]:
 
 
 def move_project_storage(ctx: Context, req: api.MoveProjectStorageRequest) -> ProjectStorage:
-    # The daemon's working directory is not the caller's: a relative path would be wrong.
-    if not os.path.isabs(req.destination):
-        raise err.InvalidStorageLocation(
-            f"destination {req.destination!r} must be absolute", destination=req.destination, reason="not_absolute"
-        )
     with _no_reindex(ctx, req.project_id):
         return ctx.run_job(Engine.move_project_storage, req.project_id, req.destination)
 
@@ -207,11 +215,6 @@ def index_project(ctx: Context, req: api.IndexProjectRequest) -> IndexReport:
 
 
 def activate_memory(ctx: Context, req: api.ActivateMemoryRequest) -> ActivationResponse:
-    if not 0 <= req.wait_for_index_ms <= api.MAX_WAIT_FOR_INDEX_MS:
-        raise err.InvalidRequest(
-            f"wait_for_index_ms must be an integer from 0 to {api.MAX_WAIT_FOR_INDEX_MS}",
-            wait_for_index_ms=req.wait_for_index_ms,
-        )
     if req.wait_for_index_ms and ctx.watcher is not None:
         # Before the engine lock: other activations are served while this one waits.
         ctx.watcher.wait_current(req.project_id, req.wait_for_index_ms / 1000)
@@ -251,9 +254,6 @@ def get_retrieval_run(ctx: Context, req: api.GetRetrievalRunRequest) -> RunDetai
 
 
 def clear_retrieval_runs(ctx: Context, req: api.ClearRetrievalRunsRequest) -> ClearReport:
-    # Exactly one scope: an empty body must never mean "delete everything".
-    if (req.project_id is None) == (not req.all):
-        raise err.InvalidRequest("give exactly one of project_id or all: true", project_id=req.project_id, all=req.all)
     return ctx.engine.clear_runs(req.project_id)
 
 
@@ -339,103 +339,114 @@ def list_tunings(ctx: Context, req: api.ListTuningsRequest) -> api.TuningList:
 
 _BLOBS = (err.BlobNotFound, err.BlobCorrupted)
 METHODS: tuple[Method, ...] = (
-    Method("runtime_status", api.RuntimeStatusRequest, api.RuntimeStatus, runtime_status,
+    Method("runtime_status", READ | UI, api.RuntimeStatusRequest, api.RuntimeStatus, runtime_status,
            "The daemon's version, pid, home, socket, uptime and load; answers even while indexing.",
            allow_get=True, uses_engine=False),
-    Method("add_project", api.AddProjectRequest, ProjectInfo, add_project,
+    Method("add_project", WRITE, api.AddProjectRequest, ProjectInfo, add_project,
            "Add a project with ordered sources.", (err.InvalidProjectName, err.ProjectExists)),
-    Method("list_projects", api.ListProjectsRequest, api.ProjectList, list_projects,
+    Method("list_projects", READ | UI | MCP, api.ListProjectsRequest, api.ProjectList, list_projects,
            "Every project with its current commit generation.", allow_get=True),
-    Method("show_project", api.ShowProjectRequest, ProjectInfo, show_project,
+    Method("show_project", READ, api.ShowProjectRequest, ProjectInfo, show_project,
            "One project with its current commit generation.", (err.ProjectNotFound,)),
-    Method("remove_project", api.RemoveProjectRequest, ProjectRemoval, remove_project,
+    Method("remove_project", WRITE, api.RemoveProjectRequest, ProjectRemoval, remove_project,
            "Remove a project, its unpinned Runs and its Project Local Storage; its Evaluation Cases and their "
            "pinned Runs stay unless purge: true. Unreferenced blobs are collected as Clear History does.",
            (err.ProjectNotFound,)),
-    Method("show_project_storage", api.ShowProjectStorageRequest, ProjectStorage, show_project_storage,
+    Method("show_project_storage", READ, api.ShowProjectStorageRequest, ProjectStorage, show_project_storage,
            "Where a project's Local Storage is, its size and its generations (current, previous, unreferenced).",
            (err.ProjectNotFound,)),
-    Method("move_project_storage", api.MoveProjectStorageRequest, ProjectStorage, move_project_storage,
+    Method("move_project_storage", WRITE | JOB, api.MoveProjectStorageRequest, ProjectStorage, move_project_storage,
            "Move a project's generations to an empty or new directory (made owner-only) and record it; a failure "
            "leaves the old location serving. Runs, Cases and blobs are not touched. Runs as a job, beside "
            "activations.",
            (err.ProjectNotFound, err.InvalidStorageLocation, err.GenerationCorrupted, err.JobInterrupted),
            uses_engine=False),
-    Method("clear_project_storage", api.ClearProjectStorageRequest, ProjectStorage, clear_project_storage,
+    Method("clear_project_storage", WRITE, api.ClearProjectStorageRequest, ProjectStorage, clear_project_storage,
            "Delete a project's generations; the next index_project rebuilds them, and until then activate_memory "
            "answers project_not_indexed (a failed Run). Runs, Cases and blobs are not touched.",
            (err.ProjectNotFound,)),
-    Method("index_project", api.IndexProjectRequest, IndexReport, index_project,
+    Method("index_project", WRITE | JOB, api.IndexProjectRequest, IndexReport, index_project,
            "Build the project's commit generation (a no-op when nothing changed); in the daemon it runs "
            "beside activations, which serve the current generation until the new one is published.",
            (err.ProjectNotFound, err.SourceUnavailable, err.EmptyProject), uses_engine=False),
-    Method("activate_memory", api.ActivateMemoryRequest, ActivationResponse, activate_memory,
+    Method("activate_memory", WRITE | MCP, api.ActivateMemoryRequest, ActivationResponse, activate_memory,
            "Rank the project's memory for a query and return fragments with their delta.",
            (err.InvalidQuery, err.InvalidBudget, err.InvalidActivationState, err.ProjectNotFound, err.ProjectNotIndexed,
             err.RetrievalFailed), uses_engine=False),
-    Method("list_retrieval_runs", api.ListRetrievalRunsRequest, RunPage, list_retrieval_runs,
+    Method("list_retrieval_runs", READ | UI, api.ListRetrievalRunsRequest, RunPage, list_retrieval_runs,
            "Recorded Retrieval Runs, newest first, filtered and paged (keyset cursor).", allow_get=True),
-    Method("get_retrieval_run", api.GetRetrievalRunRequest, RunDetail, get_retrieval_run,
+    Method("get_retrieval_run", READ | UI, api.GetRetrievalRunRequest, RunDetail, get_retrieval_run,
            "One Retrieval Run with its full trace: revisions, stage latencies, every candidate.",
            (err.RunNotFound,)),
-    Method("clear_retrieval_runs", api.ClearRetrievalRunsRequest, ClearReport, clear_retrieval_runs,
+    Method("clear_retrieval_runs", WRITE | UI, api.ClearRetrievalRunsRequest, ClearReport, clear_retrieval_runs,
            "Clear History: delete unpinned Runs of one project or of all, then unreferenced blobs.",
            (err.ProjectNotFound,)),
-    Method("create_evaluation_case", api.CreateEvaluationCaseRequest, Case, create_evaluation_case,
+    Method("create_evaluation_case", WRITE | UI, api.CreateEvaluationCaseRequest, Case, create_evaluation_case,
            "Freeze a succeeded Run as an Evaluation Case (corpus, trace) and pin the Run.",
            (err.RunNotFound, EvaluationRunNotSucceeded, EvaluationCorpusIncomplete)),
-    Method("list_evaluation_cases", api.ListEvaluationCasesRequest, api.EvaluationCaseList, list_evaluation_cases,
+    Method("list_evaluation_cases", READ | UI,
+           api.ListEvaluationCasesRequest, api.EvaluationCaseList, list_evaluation_cases,
            "Evaluation Cases, oldest first: all, a project's, or the chosen ones.", (EvaluationCaseNotFound,),
            allow_get=True),
-    Method("get_evaluation_case", api.GetEvaluationCaseRequest, api.EvaluationCaseDetail, get_evaluation_case,
+    Method("get_evaluation_case", READ | UI,
+           api.GetEvaluationCaseRequest, api.EvaluationCaseDetail, get_evaluation_case,
            "One case: trace, frozen corpus manifest, current judgments, every judgment version, metrics, "
            "missed evidence, and each candidate's text from the frozen corpus (verified against its unit hash).",
            (EvaluationCaseNotFound, EvaluationCorpusNotFound)),
-    Method("search_corpus_resources", api.SearchCorpusResourcesRequest, api.CorpusResourcePage,
+    Method("search_corpus_resources", READ | UI, api.SearchCorpusResourcesRequest, api.CorpusResourcePage,
            search_corpus_resources,
            "Resources of a case's frozen corpus whose id or body contains a text, with the passages that match "
            "(the missed-evidence picker).",
            (EvaluationCaseNotFound, EvaluationCorpusNotFound, *_BLOBS)),
-    Method("replace_evaluation_judgments", api.ReplaceEvaluationJudgmentsRequest, JudgmentSet,
+    Method("replace_evaluation_judgments", WRITE | UI, api.ReplaceEvaluationJudgmentsRequest, JudgmentSet,
            replace_evaluation_judgments,
            "Replace a case's whole judgment set if it is still at expected_judgment_version; returns the new "
            "version (a stale one: evaluation_judgment_conflict with details.current_version).",
            (InvalidJudgments, EvaluationCaseNotFound, EvaluationJudgmentConflict)),
-    Method("mark_evaluation_reviewed", api.MarkEvaluationReviewedRequest, Case, mark_evaluation_reviewed,
+    Method("mark_evaluation_reviewed", WRITE | UI, api.MarkEvaluationReviewedRequest, Case, mark_evaluation_reviewed,
            "Record that a person reviewed the current judgment version (only reviewed cases may gate).",
            (EvaluationCaseNotFound, EvaluationJudgmentConflict)),
-    Method("evaluation_report", api.EvaluationReportRequest, api.EvaluationReport, evaluation_report,
+    Method("evaluation_report", READ | UI, api.EvaluationReportRequest, api.EvaluationReport, evaluation_report,
            "The B1-B4 benchmark report (unit and resource level, B4 comparisons, latency, missed evidence).",
            (EvaluationCaseNotFound,), allow_get=True),
-    Method("export_evaluation_set", api.ExportEvaluationSetRequest, api.EvaluationFixture, export_evaluation_set,
+    Method("export_evaluation_set", READ, api.ExportEvaluationSetRequest, api.EvaluationFixture, export_evaluation_set,
            "The self-contained evaluation fixture (a JSON object; written as canonical JSON it is the file "
            "`memcore eval export` writes).", (EvaluationCaseNotFound, *_BLOBS)),
-    Method("import_evaluation_set", api.ImportEvaluationSetRequest, ImportResult, import_evaluation_set,
+    Method("import_evaluation_set", WRITE | UI | JOB,
+           api.ImportEvaluationSetRequest, ImportResult, import_evaluation_set,
            f"Import a fixture: every hash verified, all or nothing. Bodies up to {api.MAX_IMPORT_BODY_BYTES >> 20} "
            "MiB. Runs as a job, beside activations.",
            (InvalidFixture, FixtureHashMismatch, EvaluationImportConflict, err.JobInterrupted),
            max_body_bytes=api.MAX_IMPORT_BODY_BYTES, uses_engine=False),
-    Method("show_project_profile", api.ShowProjectProfileRequest, ProfileView, show_project_profile,
+    Method("show_project_profile", READ | UI, api.ShowProjectProfileRequest, ProfileView, show_project_profile,
            "A project's ranking settings in effect (its own profile, else the defaults), the revisions its Runs "
            "record, and every version it had.", (err.ProjectNotFound,)),
-    Method("set_project_profile", api.SetProjectProfileRequest, ProfileView, set_project_profile,
+    Method("set_project_profile", WRITE | UI, api.SetProjectProfileRequest, ProfileView, set_project_profile,
            "Give a project its own ranking settings (a document, or a tuning's proposal); the previous version is "
            "kept. Unknown keys and out-of-range values are refused and nothing is stored.",
            (err.ProjectNotFound, err.InvalidRequest, TuningNotFound)),
-    Method("restore_project_profile", api.RestoreProjectProfileRequest, ProfileView, restore_project_profile,
+    Method("restore_project_profile", WRITE, api.RestoreProjectProfileRequest, ProfileView, restore_project_profile,
            "Put an earlier profile version back in use (appended as a copy; 0: the engine's defaults).",
            (err.ProjectNotFound, err.InvalidRequest)),
-    Method("tune_project", api.TuneProjectRequest, TuneResult, tune_project,
+    Method("tune_project", WRITE | UI | JOB, api.TuneProjectRequest, TuneResult, tune_project,
            "Search the project's fusion settings on its judged (by default reviewed) cases from their stored traces, "
            "k-fold cross-validated; a proposal only when the paired 95% interval of the nDCG@10 gain lies above 0. "
            "Runs as a job, beside activations (seconds at 1,000 cases).",
            (err.ProjectNotFound, EvaluationSetEmpty, err.InvalidRequest, err.JobInterrupted), uses_engine=False),
-    Method("list_tunings", api.ListTuningsRequest, api.TuningList, list_tunings,
+    Method("list_tunings", READ, api.ListTuningsRequest, api.TuningList, list_tunings,
            "A project's tunings, newest first.", (err.ProjectNotFound,)),
 )
 
 TABLE: dict[str, Method] = {m.name: m for m in METHODS}
 assert len(TABLE) == len(METHODS), "method names must be unique"
+
+
+def names(trait: Trait) -> frozenset[str]:
+    """The methods that are ``trait`` (e.g. ``names(UI)``: the UI port's allow-list)."""
+    return frozenset(m.name for m in METHODS if trait in m.traits)
+
+
+MCP_METHODS = names(MCP)
 
 
 def lookup(name: str) -> Method:

@@ -37,7 +37,6 @@ from memory_core.entrypoints.mcp.tools import (
     ProjectListing,
     tool_definitions,
 )
-from memory_core.retrieval.activation_state import ActivationState
 
 log = logging.getLogger("memory_core.mcp")
 
@@ -69,7 +68,6 @@ class Forwarder:
         self.on_connect = on_connect  # called once connected (the heartbeat looks at the new daemon)
         self._validators = {name: jsonschema.Draft202012Validator(schemas[2])
                             for name, schemas in tool_definitions().items()}  # fmt: skip
-        self._converter = api.make_converter()
         self._client: Any = None
         self._lock = threading.Lock()
 
@@ -110,15 +108,12 @@ class Forwarder:
             return call(self._connect(fresh=True))
 
     def activate(self, raw: dict[str, Any] | None) -> dict[str, Any]:
-        """Forward one call; returns the structured result (the daemon's ActivationResponse)."""
+        """Forward one call as it came (the daemon decodes and checks it once); returns the
+        daemon's answer as it came (an ActivationResponse's JSON), never decoded here."""
         args = self.arguments(raw)
-        state = args.get("activation_state")
-        held = ActivationState.from_json(state) if state is not None else None
-        response = self._with_daemon(lambda client: client.activate_memory(
-            args["project"], args["query"], budget=args.get("budget"), activation_state=held,
-            wait_for_index_ms=args.get("wait_for_index_ms", 0),
-        ))  # fmt: skip
-        return api.unstructure(self._converter, response)  # type: ignore[no-any-return]
+        # Agents name the project ``project``; the daemon's field is ``project_id``.
+        body = {("project_id" if key == "project" else key): value for key, value in args.items()}
+        return self._with_daemon(lambda client: client.call_json(TOOL_NAME, body))  # type: ignore[no-any-return]
 
     def list_projects(self, raw: dict[str, Any] | None) -> dict[str, Any]:
         """The home's projects (``ProjectListing``), each with its current index if any."""

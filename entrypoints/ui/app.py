@@ -32,17 +32,12 @@ STATIC = Path(__file__).with_name("static")
 PAGES = ("/", "/runtime", "/retrieval", "/retrieval/runs/{run_id}", "/evaluation", "/evaluation/cases/{case_id}")
 
 # The dispatch methods the page calls (static/*.js; a test holds the two equal), and no others:
-# the UI port is reachable by every local user and by pages in the user's browser, so what
-# adds or removes sources, indexes or activates (reading files on the user's behalf) stays
-# on the owner-only Unix socket. Reading Runs, judging cases and importing a fixture need none.
-UI_METHODS = frozenset({
-    "runtime_status", "list_projects",
-    "list_retrieval_runs", "get_retrieval_run", "clear_retrieval_runs",
-    "create_evaluation_case", "list_evaluation_cases", "get_evaluation_case", "search_corpus_resources",
-    "replace_evaluation_judgments", "mark_evaluation_reviewed", "evaluation_report", "import_evaluation_set",
-    # A project's ranking profile and its tuning: read from stored cases and traces, no file is read.
-    "show_project_profile", "tune_project", "set_project_profile",
-})
+# the operations marked ``UI`` in the table. The UI port is reachable by every local user and by
+# pages in the user's browser, so what adds or removes sources, indexes or activates (reading
+# files on the user's behalf) stays on the owner-only Unix socket. Reading Runs, judging cases,
+# importing a fixture and a project's ranking profile and its tuning (from stored cases and
+# traces: no file is read) need none.
+UI_METHODS = dispatch.names(dispatch.UI)
 
 
 def content_disposition(filename: str) -> str:

@@ -200,7 +200,7 @@ class _StageClock:
         self.latency_ms["total"] = round((time.perf_counter() - self._start) * 1000, 3)
 
 
-def _validate_query(query: object) -> str:
+def validate_query(query: object) -> str:
     if not isinstance(query, str) or not query.strip():
         raise InvalidQuery("query must be a non-empty string")
     query = query.strip()
@@ -211,7 +211,7 @@ def _validate_query(query: object) -> str:
     return query
 
 
-def _validate_budget(budget: object, default: int) -> int:
+def validate_budget(budget: object, default: int) -> int:
     if budget is None:
         return default
     if isinstance(budget, bool) or not isinstance(budget, int) or not MIN_BUDGET <= budget <= MAX_BUDGET:
@@ -255,9 +255,9 @@ def activate(
     clock = _StageClock()
     # Validation: a request failing here gets a typed error and creates no Run.
     project = parts.catalog.get_project(validate_project_id(project_id))
-    query = _validate_query(query)
+    query = validate_query(query)
     ranking = ranking or parts.ranking_for(project_id)
-    token_budget = _validate_budget(budget, ranking.profile.token_budget)
+    token_budget = validate_budget(budget, ranking.profile.token_budget)
     held = state if isinstance(state, ActivationState) else ActivationState.from_json(state)
     clock.end()
     live_read = begin_live_read(parts.live_memory, project)  # overlaps the ranking

@@ -1,16 +1,23 @@
 """What each daemon method takes: one attrs request type per method of the dispatch table.
 
 Field metadata ``{"schema": {...}}`` adds JSON Schema keywords to the OpenAPI document; the
-converter enforces the types, the engine the rules.
+converter enforces the types, and every request type is ``attrs.frozen(field_transformer=bounded)``,
+whose validators enforce each bound the schema declares (``minimum``/``maximum``,
+``minLength``/``maxLength``, ``minItems``/``maxItems``) as an ``InvalidRequest`` naming the field,
+whoever builds the request (the daemon decoding a body, the client before sending). A field whose check is a rule of the
+core (the query, the budget) is given that check as its validator instead, so there is one check
+of each bound and its typed error (``InvalidQuery``, ``InvalidBudget``) is the engine's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping, Sized
 from typing import Any
 
 import attrs
 
+from memory_core.domain.errors import InvalidRequest, InvalidStorageLocation
 from memory_core.domain.model import PROJECT_ID_RE, Source
 from memory_core.evaluation.cases import CASE_ID_RE, MAX_JUDGMENTS, MAX_NOTE_CHARS, Judgment
 from memory_core.evaluation.fixture import dump
@@ -19,9 +26,70 @@ from memory_core.evaluation.tuning import DEFAULT_FOLDS, GRID_KEYS, MAX_FOLDS
 from memory_core.retrieval.activation_state import ActivationState
 from memory_core.retrieval.profile import MAX_BUDGET, MAX_QUERY_CHARS, MIN_BUDGET, SETTING_KEYS
 from memory_core.runs.records import FAILED, MAX_PAGE, RUNNING, SUCCEEDED
+from memory_core.services.activation import validate_budget, validate_query
 from memory_core.services.corpus_search import MAX_CORPUS_PAGE, MAX_SEARCH_CHARS
 
 MAX_WAIT_FOR_INDEX_MS = 60_000  # activate_memory's wait for a pending re-index, at most
+
+
+def _check_bounds(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """The bounds ``attribute``'s schema declares, enforced (None is left to the types)."""
+    bounds = attribute.metadata.get("schema", {})
+    name = attribute.name
+    if value is None:
+        return
+    if isinstance(value, int) and not isinstance(value, bool):
+        low, high = bounds.get("minimum"), bounds.get("maximum")
+        if (low is not None and value < low) or (high is not None and value > high):
+            said = f"from {low} to {high}" if low is not None and high is not None else (
+                f"of at least {low}" if low is not None else f"of at most {high}")
+            raise InvalidRequest(f"{name} must be an integer {said}", **{name: value})
+    elif isinstance(value, Sized):
+        unit = "characters" if isinstance(value, str) else "items"
+        low = bounds.get("minLength" if unit == "characters" else "minItems")
+        high = bounds.get("maxLength" if unit == "characters" else "maxItems")
+        if low is not None and len(value) < low:
+            raise InvalidRequest(f"{name} must have at least {low} {unit}", **{name: len(value)})
+        if high is not None and len(value) > high:  # the core's wording ("query is longer than ...")
+            said = "is longer than" if unit == "characters" else "has more than"
+            raise InvalidRequest(f"{name} {said} {high} {unit}", **{name: len(value)})
+
+
+_BOUNDS = frozenset({"minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems"})
+
+
+def bounded(cls: type, fields: list[attrs.Attribute[Any]]) -> list[attrs.Attribute[Any]]:
+    """Each field that declares a bound and has no check of its own gets :func:`_check_bounds`."""
+    return [f.evolve(validator=_check_bounds)
+            if f.validator is None and _BOUNDS & set(f.metadata.get("schema", {})) else f
+            for f in fields]  # fmt: skip
+
+
+def _core_check(check: Callable[[Any], Any]) -> Callable[[Any, Any, Any], None]:
+    """A rule of the core as a field validator (its typed error, its message)."""
+
+    def validate(_instance: Any, _attribute: Any, value: Any) -> None:
+        if value is not None:
+            check(value)
+
+    return validate
+
+
+def _nonempty_sources(_instance: Any, _attribute: Any, sources: tuple[Source, ...]) -> None:
+    if not sources:
+        raise InvalidRequest("a project needs at least one source")
+    for source in sources:
+        # The daemon's working directory is not the caller's: a relative path would be wrong.
+        if not os.path.isabs(source.path):
+            raise InvalidRequest(f"source path {source.path!r} must be absolute", path=source.path)
+
+
+def _absolute_destination(_instance: Any, _attribute: Any, destination: str) -> None:
+    # The daemon's working directory is not the caller's: a relative path would be wrong.
+    if not destination or not os.path.isabs(destination):
+        raise InvalidStorageLocation(
+            f"destination {destination!r} must be absolute", destination=destination, reason="not_absolute"
+        )
 
 
 def _described(text: str, default: Any = attrs.NOTHING) -> Any:
@@ -29,74 +97,78 @@ def _described(text: str, default: Any = attrs.NOTHING) -> Any:
     return attrs.field(default=default, metadata={"schema": {"description": text}})
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class RuntimeStatusRequest:
     """No inputs."""
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class AddProjectRequest:
     project_id: str = attrs.field(
         metadata={"schema": {"pattern": PROJECT_ID_RE.pattern, "description": "lowercase slug, 1-63 characters"}}
     )
     sources: tuple[Source, ...] = attrs.field(
-        metadata={"schema": {"minItems": 1, "description": "absolute paths, in precedence order"}}
+        validator=_nonempty_sources,
+        metadata={"schema": {"minItems": 1, "description": "absolute paths, in precedence order"}},
     )
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class ListProjectsRequest:
     """No inputs."""
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class ShowProjectRequest:
     project_id: str
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class RemoveProjectRequest:
     project_id: str
     purge: bool = _described("also delete the project's Evaluation Cases and their pinned Runs", False)
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class ShowProjectStorageRequest:
     project_id: str
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class MoveProjectStorageRequest:
     """Move a project's Local Storage (its rebuildable generations) to another directory."""
 
     project_id: str
     destination: str = attrs.field(
-        metadata={"schema": {"minLength": 1, "description": "absolute path of an empty or new directory"}}
+        validator=_absolute_destination,
+        metadata={"schema": {"minLength": 1, "description": "absolute path of an empty or new directory"}},
     )
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class ClearProjectStorageRequest:
     """Delete a project's generations; the next index rebuilds them."""
 
     project_id: str
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class IndexProjectRequest:
     project_id: str
     force: bool = _described("rebuild even when unchanged", False)
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class ActivateMemoryRequest:
     project_id: str
     query: str = attrs.field(
-        # Not blank: the engine trims the query and refuses an empty one.
+        # Not blank: the engine trims the query and refuses an empty one (its one check).
+        validator=_core_check(validate_query),
         metadata={"schema": {"minLength": 1, "maxLength": MAX_QUERY_CHARS, "pattern": "\\S"}}
     )
     budget: int | None = attrs.field(
         default=None,
+        validator=_core_check(lambda budget: validate_budget(budget, 0)),
         metadata={"schema": {"minimum": MIN_BUDGET, "maximum": MAX_BUDGET, "description": "token budget"}},
     )
     activation_state: ActivationState | None = _described(
@@ -115,7 +187,7 @@ RUN_STATUSES = (RUNNING, SUCCEEDED, FAILED)
 _TIME = "ISO-8601 date or date-time; without an offset it is UTC"
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class ListRetrievalRunsRequest:
     """Filters combine with AND; Runs come newest first, a page at a time."""
 
@@ -128,32 +200,38 @@ class ListRetrievalRunsRequest:
     cursor: str | None = _described("next_cursor of the previous page", None)
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class GetRetrievalRunRequest:
     run_id: str
     manifest: bool = _described("also return the Effective Memory manifest the Run saw at activation", False)
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class ClearRetrievalRunsRequest:
     """Clear History: exactly one of ``project_id`` or ``all: true``."""
 
     project_id: str | None = _described("clear this project's unpinned Runs", None)
     all: bool = _described("clear every project's unpinned Runs", False)
 
+    def __attrs_post_init__(self) -> None:
+        # Exactly one scope: an empty body must never mean "delete everything".
+        if (self.project_id is None) == (not self.all):
+            said = "give exactly one of project_id or all: true"
+            raise InvalidRequest(said, project_id=self.project_id, all=self.all)
+
 
 # -- Evaluation Sets: requests ----------------------------------------------------------------
 _CASE_ID = {"pattern": CASE_ID_RE.pattern, "description": "an Evaluation Case id"}
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class CreateEvaluationCaseRequest:
     """Freeze a succeeded Run as an Evaluation Case (pins the Run); again for the same Run gives the same case."""
 
     run_id: str
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class ListEvaluationCasesRequest:
     """Every case, a project's, or the chosen ones (unknown ids are evaluation_case_not_found)."""
 
@@ -161,12 +239,12 @@ class ListEvaluationCasesRequest:
     case_ids: tuple[str, ...] | None = _described("only these cases (with project_id: those of it)", None)
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class GetEvaluationCaseRequest:
     case_id: str = attrs.field(metadata={"schema": _CASE_ID})
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class SearchCorpusResourcesRequest:
     """A page of a case's frozen corpus: resources whose id or body contains text (any case).
 
@@ -179,7 +257,7 @@ class SearchCorpusResourcesRequest:
     cursor: str | None = _described("next_cursor of the previous page", None)
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class JudgmentInput:
     """One judgment: relevance 0-3 of exactly one target, given as unit_id or resource_id.
 
@@ -199,7 +277,7 @@ class JudgmentInput:
         return Judgment(self.relevance, self.unit_id, self.resource_id, self.note)
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class ReplaceEvaluationJudgmentsRequest:
     """Replace a case's whole judgment set (compare-and-set on its version)."""
 
@@ -210,7 +288,7 @@ class ReplaceEvaluationJudgmentsRequest:
     judgments: tuple[JudgmentInput, ...] = attrs.field(metadata={"schema": {"maxItems": MAX_JUDGMENTS}})
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class MarkEvaluationReviewedRequest:
     """Record that a person reviewed (or, with ``reviewed: false``, un-reviewed) the current judgments."""
 
@@ -219,7 +297,7 @@ class MarkEvaluationReviewedRequest:
     reviewed: bool = True
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class EvaluationReportRequest:
     """The B1-B4 report of every case, a project's, or the chosen ones."""
 
@@ -227,7 +305,7 @@ class EvaluationReportRequest:
     case_ids: tuple[str, ...] | None = None
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class ExportEvaluationSetRequest:
     """The self-contained fixture of every case, a project's, or the chosen ones."""
 
@@ -239,7 +317,7 @@ class ExportEvaluationSetRequest:
     )
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class EvaluationFixture:
     """An evaluation fixture document, passed whole: the wire value is the document itself.
 
@@ -252,7 +330,7 @@ class EvaluationFixture:
         return dump(self.document)
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class ImportEvaluationSetRequest:
     """Import a fixture: every hash verified first; all or nothing."""
 
@@ -261,12 +339,12 @@ class ImportEvaluationSetRequest:
 
 
 # -- ranking profiles and tuning (issue 18) -------------------------------------------------
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class ShowProjectProfileRequest:
     project_id: str
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class SetProjectProfileRequest:
     """Give a project its own ranking settings: a settings document or a tuning's proposal."""
 
@@ -280,7 +358,7 @@ class SetProjectProfileRequest:
     )
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class RestoreProjectProfileRequest:
     project_id: str
     version: int | None = attrs.field(
@@ -290,7 +368,7 @@ class RestoreProjectProfileRequest:
     )
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class TuneProjectRequest:
     """Search the project's fusion settings on its judged cases, cross-validated (docs/evaluation.md)."""
 
@@ -303,6 +381,6 @@ class TuneProjectRequest:
     include_unreviewed: bool = False
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=bounded)
 class ListTuningsRequest:
     project_id: str

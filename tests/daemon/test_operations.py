@@ -1,0 +1,77 @@
+"""The table of operations (``daemon/dispatch.py``): what is derived from it, and the request
+types' bounds enforced where they are declared."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+
+from memory_core.domain.errors import InvalidRequest
+from memory_core.entrypoints.daemon import api, dispatch
+from memory_core.entrypoints.mcp.tools import tool_definitions
+from memory_core.entrypoints.ui.app import UI_METHODS
+
+BOUNDS = ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems")
+
+
+def request_types() -> list[type]:
+    found = [m.request for m in dispatch.METHODS] + [api.JudgmentInput]
+    return list(dict.fromkeys(found))
+
+
+def out_of_bounds(schema: dict[str, Any]) -> list[Any]:
+    """A value just past each bound the schema declares."""
+    values: list[Any] = []
+    if "minimum" in schema:
+        values.append(schema["minimum"] - 1)
+    if "maximum" in schema:
+        values.append(schema["maximum"] + 1)
+    if "minLength" in schema:
+        values.append("x" * (schema["minLength"] - 1))
+    if "maxLength" in schema:
+        values.append("x" * (schema["maxLength"] + 1))
+    if "minItems" in schema:
+        values.append(())
+    if "maxItems" in schema:
+        values.append((None,) * (schema["maxItems"] + 1))
+    return values
+
+
+BOUNDED = [(cls, field) for cls in request_types() for field in attrs.fields(cls)
+           if set(BOUNDS) & set(field.metadata.get("schema", {}))]  # fmt: skip
+
+
+def test_the_requests_declare_bounds() -> None:
+    names = {f"{cls.__name__}.{field.name}" for cls, field in BOUNDED}
+    assert {"ActivateMemoryRequest.query", "ActivateMemoryRequest.budget", "ActivateMemoryRequest.wait_for_index_ms",
+            "ListRetrievalRunsRequest.limit", "TuneProjectRequest.folds"} <= names  # fmt: skip
+
+
+@pytest.mark.parametrize(("cls", "field"), BOUNDED, ids=lambda x: getattr(x, "__name__", getattr(x, "name", "")))
+def test_every_declared_bound_is_enforced_by_the_request_type(cls: type, field: attrs.Attribute[Any]) -> None:
+    """Whoever builds the request (the daemon decoding a body, the client) meets the bound: no
+    bound lives only in the OpenAPI document."""
+    assert field.validator is not None, f"{cls.__name__}.{field.name} declares a bound nothing enforces"
+    for bad in out_of_bounds(field.metadata["schema"]):
+        with pytest.raises(InvalidRequest):
+            field.validator(None, field, bad)
+
+
+def test_an_out_of_range_wait_is_refused_by_the_request_with_the_daemons_words() -> None:
+    with pytest.raises(InvalidRequest, match="wait_for_index_ms must be an integer from 0 to 60000") as caught:
+        api.ActivateMemoryRequest("p", "q", wait_for_index_ms=60_001)
+    assert caught.value.details == {"wait_for_index_ms": 60_001}
+    with pytest.raises(InvalidRequest, match="exactly one of project_id or all"):
+        api.ClearRetrievalRunsRequest()
+    with pytest.raises(InvalidRequest, match="must be absolute"):
+        api.MoveProjectStorageRequest("p", "relative/dir")
+
+
+def test_the_allow_lists_are_the_tables() -> None:
+    assert dispatch.names(dispatch.UI) == UI_METHODS
+    assert set(tool_definitions()) == dispatch.MCP_METHODS
+    jobs = dispatch.names(dispatch.JOB)
+    assert {"tune_project", "import_evaluation_set", "move_project_storage", "index_project"} <= jobs
+    assert not dispatch.names(dispatch.WRITE) & {"list_projects", "get_retrieval_run", "runtime_status"}
