@@ -98,7 +98,7 @@ def _transfer(cases: list[Any], setting: dict[str, Any], current: dict[str, Any]
     judged = [c for c in cases if grade([], c.judgments, level).relevant > 0]
 
     def ndcg(case: Any, s: dict[str, Any]) -> float:
-        return ndcg_at(grade(final_order(case, s, float(current["exact_bonus"])), case.judgments, level), 10) or 0.0
+        return ndcg_at(grade(final_order(case, s), case.judgments, level), 10) or 0.0
 
     new, now = [ndcg(c, setting) for c in judged], [ndcg(c, current) for c in judged]
     ci = paired_bootstrap(new, now)
@@ -109,7 +109,7 @@ def _transfer(cases: list[Any], setting: dict[str, Any], current: dict[str, Any]
 def run(quick: bool) -> dict[str, Any]:
     from memory_core.entrypoints.bootstrap import bootstrap
     from memory_core.evaluation.tuning import current_setting, tune
-    from memory_core.retrieval.rerankers import ConvexFusionReranker
+    from memory_core.retrieval.fusion import Fusion, is_fusion
 
     collections: dict[str, Any] = {}
     inputs: list[Any] = []
@@ -125,8 +125,9 @@ def run(quick: bool) -> dict[str, Any]:
                 print(f"   tuning {name} ({len(cases)} cases)", flush=True)
                 collections[name] = _figures(engine.tune_project(name, folds=5))
             ranking = engine.ranking_for("cranfield")
-            assert isinstance(ranking.reranker, ConvexFusionReranker)  # the default's; tuning grids its settings
-            current = current_setting(ranking.profile.rrf_k, ranking.profile.rerank_depth, ranking.reranker)
+            assert is_fusion(ranking.reranker)  # a registered fusion: tuning grids its settings
+            fusion: Fusion = ranking.reranker  # type: ignore[assignment]
+            current = current_setting(ranking.profile.rrf_k, ranking.profile.rerank_depth, fusion)
         finally:
             engine.close()
     transfer = {}

@@ -4,8 +4,10 @@ Every case's frozen trace stores each candidate's stage ranks and scores, so any
 only re-orders the stored fused set is evaluated without running retrieval again:
 
 - ``rrf_k`` re-fuses the stored lexical and dense ranks (``pipeline.rrf_score``/``rrf_order``);
-- ``rerank_depth``, ``alpha``, ``normalisation`` and ``cosine_floor`` re-score the window with
-  the default reranker's own formula (``ConvexFusionReranker.components``/``combine``).
+- ``rerank_depth`` and the parameters of the project's fusion function (``alpha``,
+  ``normalisation``, ``cosine_floor`` as far as it takes them) re-score the window with that
+  registered fusion's own formula (``retrieval.fusion``: ``rerank``, or ``components`` and
+  ``combine`` to score every ``alpha`` at once).
 
 A candidate that enters a window without a stored cosine (it was neither in the dense list nor
 in the recorded window) gets the dense list's lowest similarity, an upper bound on its own; the
@@ -34,9 +36,19 @@ from memory_core.domain.errors import InvalidRequest
 from memory_core.evaluation.metrics import Judgments, MetricLevel, RankedItem, grade, mrr, ndcg_at, recall_at
 from memory_core.evaluation.report import MIN_CASES_FOR_INTERVAL, CaseInput
 from memory_core.evaluation.statistics import DEFAULT_BOOTSTRAP_RESAMPLES, paired_bootstrap, paired_randomization_p
+from memory_core.retrieval.fusion import (
+    FUSION_SETTING,
+    MAX,
+    MINMAX,
+    ConvexFusionReranker,
+    Fusion,
+    fusion_from_settings,
+    parameters_of,
+)
 from memory_core.retrieval.pipeline import rrf_order, rrf_score
 from memory_core.retrieval.profile import RankingProfile, check_setting_type
-from memory_core.retrieval.rerankers import MAX, MINMAX, ConvexFusionReranker
+
+CONVEX_FLOOR = ConvexFusionReranker.name
 
 GRID_KEYS = ("rrf_k", "rerank_depth", "normalisation", "cosine_floor", "alpha")
 DEFAULT_GRID: Mapping[str, tuple[Any, ...]] = {
@@ -106,14 +118,33 @@ def check_work(settings: int, cases: int) -> None:
         )
 
 
+def fusion_name(current: Mapping[str, Any]) -> str:
+    """The fusion a setting names (settings from before issue 32 name none: the convex-with-floor)."""
+    return str(current.get(FUSION_SETTING, CONVEX_FLOOR))
+
+
+def searched_keys(current: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ``GRID_KEYS`` a tuning searches: the fusion stage's, and those the fusion in use takes."""
+    takes = parameters_of(fusion_name(current))
+    return tuple(k for k in GRID_KEYS if k in ("rrf_k", "rerank_depth") or k in takes)
+
+
 def grid_settings(grid: Mapping[str, Sequence[Any]], current: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Every combination, the current setting first (it is always graded); bad values and a
-    grid over ``MAX_GRID_SETTINGS`` are ``InvalidRequest``."""
+    """Every combination, the current setting first (it is always graded); each setting is the
+    whole of ``current`` with the searched keys varied. Bad values, a key the fusion in use does
+    not take and a grid over ``MAX_GRID_SETTINGS`` are ``InvalidRequest``."""
     unknown = sorted(str(k) for k in grid if k not in GRID_KEYS)
     if unknown:
         raise InvalidRequest(f"unknown grid key(s): {', '.join(unknown)}; known: {', '.join(GRID_KEYS)}")
+    keys = searched_keys(current)
+    foreign = sorted(str(k) for k in grid if k not in keys)
+    if foreign:
+        raise InvalidRequest(
+            f"the fusion in use ({fusion_name(current)}) does not take {', '.join(foreign)}; "
+            f"searchable: {', '.join(keys)}", key=foreign[0],
+        )  # fmt: skip
     axes = []
-    for key in GRID_KEYS:
+    for key in keys:
         given = grid.get(key, DEFAULT_GRID[key])
         if not isinstance(given, list | tuple):
             raise InvalidRequest(f"grid key {key} takes a list of values, got {given!r}", key=key)
@@ -126,11 +157,12 @@ def grid_settings(grid: Mapping[str, Sequence[Any]], current: Mapping[str, Any])
         raise InvalidRequest(
             f"the grid has {size:,} settings, more than {MAX_GRID_SETTINGS:,}: give fewer values", size=size
         )
-    settings = [dict(zip(GRID_KEYS, combo, strict=True)) for combo in itertools.product(*axes)]
-    for key, values in zip(GRID_KEYS, axes, strict=True):
+    fixed = {FUSION_SETTING: fusion_name(current), **{k: v for k, v in current.items() if k != FUSION_SETTING}}
+    settings = [{**fixed, **dict(zip(keys, combo, strict=True))} for combo in itertools.product(*axes)]
+    for key, values in zip(keys, axes, strict=True):
         for v in values:
             _check_setting({**settings[0], key: v})
-    first = {k: current[k] for k in GRID_KEYS}
+    first = dict(fixed)
     return [first, *(s for s in settings if s != first)]
 
 
@@ -143,9 +175,13 @@ def _check_setting(setting: Mapping[str, Any]) -> None:
     for key, value in setting.items():
         check_setting_type(key, value)
     RankingProfile(rrf_k=setting["rrf_k"], rerank_depth=setting["rerank_depth"])
-    ConvexFusionReranker(
-        alpha=setting["alpha"], cosine_floor=setting["cosine_floor"], normalisation=setting["normalisation"]
-    )
+    fusion_of(setting)
+
+
+def fusion_of(setting: Mapping[str, Any]) -> Fusion:
+    """The registered fusion a setting names, with its parameters (the one formula it ranks by)."""
+    name = fusion_name(setting)
+    return fusion_from_settings({FUSION_SETTING: name, **{k: setting[k] for k in parameters_of(name) if k in setting}})
 
 
 # -- one case, prepared once ------------------------------------------------------------------
@@ -214,15 +250,14 @@ def _items(order: Sequence[_Input]) -> list[RankedItem]:
     return [i.item for i in order]
 
 
-def final_order(case: CaseInput, setting: Mapping[str, Any], exact_bonus: float) -> list[RankedItem]:
+def final_order(case: CaseInput, setting: Mapping[str, Any]) -> list[RankedItem]:
     """The whole final order a setting gives a case (as ``apply_rerank``: the window by score,
     ties in RRF order, then the rest in RRF order)."""
     prepared = _prepare(case)
     fused = _fused(prepared, setting["rrf_k"])
     depth = setting["rerank_depth"]
     head, tail = fused[:depth], fused[depth:]
-    reranker = ConvexFusionReranker(setting["alpha"], exact_bonus, setting["cosine_floor"], setting["normalisation"])
-    scores = reranker.rerank("", head)
+    scores = fusion_of(setting).rerank("", head)
     ranked = [head[i] for i in sorted(range(len(head)), key=lambda i: -scores[i])]  # stable: RRF order on ties
     return _items(ranked + tail)
 
@@ -240,29 +275,38 @@ def _deciding(order: Sequence[int], resources: Sequence[str], level: MetricLevel
     return tuple(order)
 
 
-def _grades(
-    case: _Case, settings: Sequence[Mapping[str, Any]], exact_bonus: float, level: MetricLevel
-) -> tuple[list[float], bool]:
+def _alpha_scores(fusion: Fusion, head: Sequence[_Input], alphas: Sequence[float]) -> list[list[float]]:
+    """The fusion's scores of ``head`` for each ``alpha``: the normalised parts once, then its
+    ``combine`` per alpha where the fusion is convex, else its ``rerank`` per alpha."""
+    components = getattr(fusion, "components", None)
+    if components is not None:
+        parts = list(zip(*components(head), strict=True))
+        return [[fusion.combine(a, x, d, b) for x, d, b in parts] for a in alphas]  # type: ignore[attr-defined]
+    return [fusion.rerank("", head) for _ in alphas]
+
+
+def _grades(case: _Case, settings: Sequence[Mapping[str, Any]], level: MetricLevel) -> tuple[list[float], bool]:
     """nDCG@10 of every setting for one case, and whether any used an estimated cosine."""
     out = [0.0] * len(settings)
     memo: dict[tuple[Any, ...], float] = {}
     used_estimate = False
-    groups: dict[tuple[Any, ...], list[int]] = {}
+    groups: dict[tuple[Any, ...], list[int]] = {}  # settings that differ in alpha alone
     for index, s in enumerate(settings):
-        groups.setdefault((s["rrf_k"], s["rerank_depth"], s["normalisation"], s["cosine_floor"]), []).append(index)
+        groups.setdefault(tuple(sorted((k, v) for k, v in s.items() if k != "alpha")), []).append(index)
     fused_by_k: dict[int, list[_Input]] = {}
-    combine = ConvexFusionReranker.combine
-    for (rrf_k, depth, normalisation, floor), indices in groups.items():
+    for key_items, indices in groups.items():
+        fixed = dict(key_items)
+        rrf_k, depth = fixed["rrf_k"], fixed["rerank_depth"]
         fused = fused_by_k.get(rrf_k) or fused_by_k.setdefault(rrf_k, _fused(case, rrf_k))
         head, tail = fused[:depth], fused[depth:]
         if case.estimated and any(i.unit_id in case.estimated for i in head):
             used_estimate = True
-        parts = list(zip(*ConvexFusionReranker(0.0, exact_bonus, floor, normalisation).components(head), strict=True))
+        fusion = fusion_of(settings[indices[0]])
+        alphas = [settings[i].get("alpha", 0.0) for i in indices]
         resources = [i.resource_id for i in head]
         positions = range(len(head))
-        for index in indices:
-            alpha = settings[index]["alpha"]
-            scores = [-combine(alpha, x, d, b) for x, d, b in parts]
+        for index, fused_scores in zip(indices, _alpha_scores(fusion, head, alphas), strict=True):
+            scores = [-v for v in fused_scores]
             order = sorted(positions, key=scores.__getitem__)  # stable: RRF order on ties, as apply_rerank
             top = _deciding(order, resources, level)
             key = (rrf_k, depth, top)
@@ -288,12 +332,10 @@ def _best(matrix: Sequence[Sequence[float]], columns: Sequence[int]) -> int:
     return 0 if sums[0] >= top - tolerance else next(i for i, v in enumerate(sums) if v >= top - tolerance)
 
 
-def _metrics(
-    cases: Sequence[CaseInput], chosen: Sequence[Mapping[str, Any]], exact_bonus: float, level: MetricLevel
-) -> TuneMetrics:
+def _metrics(cases: Sequence[CaseInput], chosen: Sequence[Mapping[str, Any]], level: MetricLevel) -> TuneMetrics:
     values: list[tuple[float, float, float]] = []
     for case, setting in zip(cases, chosen, strict=True):
-        graded = grade(final_order(case, setting, exact_bonus), case.judgments, level)
+        graded = grade(final_order(case, setting), case.judgments, level)
         values.append((ndcg_at(graded, 10) or 0.0, recall_at(graded, 20) or 0.0, mrr(graded) or 0.0))
     n = len(values)
     return TuneMetrics(*(math.fsum(v[i] for v in values) / n for i in range(3)))
@@ -313,11 +355,11 @@ def tune(
     clock: Callable[[], float] = time.perf_counter,
 ) -> TuneResult:
     """Grade every setting of the grid on the cases, cross-validate the choice, and propose it
-    only when it beats ``current`` (its ``GRID_KEYS`` plus ``exact_bonus``) with an interval above 0."""
+    only when it beats ``current`` (the fusion stage's keys, the fusion's name and every parameter
+    it takes) with an interval above 0."""
     t0 = clock()
     check_folds(folds)
     settings = grid_settings(grid or {}, current)
-    exact_bonus = float(current["exact_bonus"])
     prepared = [_prepare(c) for c in cases]
     judged = [i for i, c in enumerate(cases) if grade([], c.judgments, level).relevant > 0]
     smallest_window = min((prepared[i].window for i in judged), default=0)
@@ -350,7 +392,7 @@ def tune(
     matrix: list[list[float]] = []  # matrix[case][setting]: the case's nDCG@10 under the setting
     estimated = 0
     for i in judged:
-        grades, used = _grades(prepared[i], settings, exact_bonus, level)
+        grades, used = _grades(prepared[i], settings, level)
         matrix.append(grades)
         estimated += used
     chosen: list[int] = [0] * len(judged)
@@ -365,8 +407,8 @@ def tune(
     p_value = paired_randomization_p(held_out, now, resamples)
     best_all = _best(matrix, list(range(len(judged))))
     judged_cases = [cases[i] for i in judged]
-    current_metrics = _metrics(judged_cases, [settings[0]] * len(judged), exact_bonus, level)
-    cross_validated = _metrics(judged_cases, [settings[c] for c in chosen], exact_bonus, level)
+    current_metrics = _metrics(judged_cases, [settings[0]] * len(judged), level)
+    cross_validated = _metrics(judged_cases, [settings[c] for c in chosen], level)
     proposed = interval.low > 0 and best_all != 0
     if best_all == 0:
         verdict = "the current setting is already the best of the grid on these cases: nothing to propose"
@@ -380,7 +422,7 @@ def tune(
             f"no proposal: the cross-validated gain {interval.mean_diff:+.4f} has a 95% interval "
             f"[{interval.low:+.4f}, {interval.high:+.4f}] that does not lie above 0 (p = {p_value:.3f})"
         )
-    best_setting = {**settings[best_all], "exact_bonus": exact_bonus}
+    best_setting = dict(settings[best_all])
     return TuneResult(
         folds=folds,
         cases=len(judged),
@@ -400,13 +442,6 @@ def tune(
     )
 
 
-def current_setting(rrf_k: int, rerank_depth: int, reranker: ConvexFusionReranker) -> dict[str, Any]:
-    """The setting a project ranks with now, in the grid's keys (plus the fixed exact bonus)."""
-    return {
-        "rrf_k": rrf_k,
-        "rerank_depth": rerank_depth,
-        "normalisation": reranker.normalisation,
-        "cosine_floor": reranker.cosine_floor,
-        "alpha": reranker.alpha,
-        "exact_bonus": reranker.exact_bonus,
-    }
+def current_setting(rrf_k: int, rerank_depth: int, fusion: Fusion) -> dict[str, Any]:
+    """The setting a project ranks with now: the fusion stage's keys, the fusion's name and parameters."""
+    return {"rrf_k": rrf_k, "rerank_depth": rerank_depth, **fusion.settings()}

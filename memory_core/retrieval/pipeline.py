@@ -198,3 +198,8 @@ class RerankInput(Protocol):
 
     @property
     def rrf_score(self) -> float: ...
+
+    @property
+    def resource_id(self) -> str:
+        """The resource the unit belongs to: fusions may rank resources by all their units' evidence."""
+        ...

@@ -17,6 +17,7 @@ import attrs
 from memory_core.domain.canonical import hash_json
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.text_rules import label_problem
+from memory_core.retrieval.fusion import FUSION_PARAMETERS, FUSION_SETTING
 
 MAX_QUERY_CHARS = 2_000
 MIN_BUDGET = 1
@@ -72,7 +73,9 @@ PROFILE_KEYS = (
     "lexical_depth", "dense_depth", "rrf_k", "rerank_depth", "token_budget", "max_fragments",
     "per_resource_limit", "min_final_score",
 )  # fmt: skip
-FUSION_KEYS = ("alpha", "normalisation", "cosine_floor", "exact_bonus")  # ConvexFusionReranker's
+# The fusion function (``fusion``: a name in ``retrieval.fusion.FUSIONS``) and every parameter a
+# registered fusion takes; which ones a given fusion accepts is checked by ``fusion_from_settings``.
+FUSION_KEYS = (FUSION_SETTING, *FUSION_PARAMETERS)
 SETTING_KEYS = ("name", *PROFILE_KEYS, *FUSION_KEYS)
 _INTEGER_KEYS = {"lexical_depth", "dense_depth", "rrf_k", "rerank_depth", "token_budget", "max_fragments",
                  "per_resource_limit"}  # fmt: skip
@@ -106,9 +109,9 @@ def check_setting_type(key: str, value: Any) -> None:
         problem = label_problem(value)
         if problem is not None:
             raise InvalidRequest(f"name {problem}: got {value!r}", key=key)
-    elif key == "normalisation":
+    elif key in ("normalisation", FUSION_SETTING):
         if not isinstance(value, str):
-            raise InvalidRequest(f"normalisation must be a string, got {value!r}", key=key)
+            raise InvalidRequest(f"{key} must be a string, got {value!r}", key=key)
     elif key in _INTEGER_KEYS:
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidRequest(f"{key} must be an integer, got {value!r}", key=key)

@@ -12,15 +12,14 @@ import attrs
 from memory_core.domain.errors import InvalidRequest
 from memory_core.ports import Reranker
 from memory_core.ports.profiles import ProfileStore
+from memory_core.retrieval.fusion import fusion_from_settings, is_fusion
 from memory_core.retrieval.profile import (
     FROM_FILE,
-    FUSION_KEYS,
     PROFILE_KEYS,
     RankingProfile,
     StoredProfile,
     ranking_from_settings,
 )
-from memory_core.retrieval.rerankers import ConvexFusionReranker
 from memory_core.services.activation import Ranking
 
 
@@ -49,16 +48,16 @@ class ProjectProfiles:
     def ranking_of(self, settings: Mapping[str, Any]) -> Ranking:
         """The ranking a settings document gives; ``InvalidRequest`` names a bad key or value."""
         reranker = self.default_reranker
-        convex = reranker if isinstance(reranker, ConvexFusionReranker) else None
-        scores = (lambda **fusion: attrs.evolve(convex, **fusion).score_range) if convex is not None else None
+        fusing = is_fusion(reranker)  # a registered fusion: the profile's fusion keys apply to it
+        scores = (lambda **fusion: fusion_from_settings(fusion, reranker).score_range) if fusing else None
         parsed = ranking_from_settings(settings, self.default_profile, scores)
         if parsed.fusion:
-            if convex is None:
+            if not fusing:
                 raise InvalidRequest(
                     f"this engine reranks with {reranker.revision}: the fusion settings "
-                    f"({', '.join(sorted(parsed.fusion))}) apply only to the default fusion reranker"
+                    f"({', '.join(sorted(parsed.fusion))}) apply only to the registered fusion functions"
                 )
-            reranker = attrs.evolve(convex, **parsed.fusion)
+            reranker = fusion_from_settings(parsed.fusion, reranker)
         return Ranking(parsed.profile if settings else self.default_profile, reranker)
 
     def ranking_for(self, project_id: str) -> Ranking:
@@ -92,8 +91,8 @@ class ProjectProfiles:
         ranking = self.ranking_for(project_id)
         settings: dict[str, Any] = {"name": ranking.profile.name}
         settings.update({k: getattr(ranking.profile, k) for k in PROFILE_KEYS})
-        if isinstance(ranking.reranker, ConvexFusionReranker):
-            settings.update({k: getattr(ranking.reranker, k) for k in FUSION_KEYS})
+        if is_fusion(ranking.reranker):
+            settings.update(ranking.reranker.settings())  # type: ignore[attr-defined]
         return ProfileView(project_id, history[-1] if history else None, settings, ranking.profile.revision,
                            ranking.reranker.revision, history)  # fmt: skip
 

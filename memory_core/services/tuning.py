@@ -22,7 +22,7 @@ from memory_core.evaluation.tuning import (
     grid_settings,
     tune,
 )
-from memory_core.retrieval.rerankers import ConvexFusionReranker
+from memory_core.retrieval.fusion import Fusion, is_fusion
 from memory_core.services.evaluation import EvaluationService
 from memory_core.services.profiles import ProjectProfiles
 
@@ -43,10 +43,11 @@ def tune_project(
     if level not in levels:
         raise InvalidRequest(f"level must be one of {', '.join(levels)}, got {level!r}", level=level)
     ranking = profiles.ranking_for(project_id)
-    if not isinstance(ranking.reranker, ConvexFusionReranker):
-        raise InvalidRequest(f"tuning searches the default fusion reranker's settings; this engine reranks with "
+    if not is_fusion(ranking.reranker):
+        raise InvalidRequest(f"tuning searches a registered fusion function's settings; this engine reranks with "
                              f"{ranking.reranker.revision}")  # fmt: skip
-    current = current_setting(ranking.profile.rrf_k, ranking.profile.rerank_depth, ranking.reranker)
+    fusion: Fusion = ranking.reranker  # type: ignore[assignment]
+    current = current_setting(ranking.profile.rrf_k, ranking.profile.rerank_depth, fusion)
     check_folds(folds)
     settings = grid_settings(grid or {}, current)  # a bad grid is refused before any case is read
     cases = evaluation.list_cases(project_id)

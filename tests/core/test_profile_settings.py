@@ -10,13 +10,13 @@ import math
 import re
 from typing import Any
 
-import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.text_rules import BIDI_CONTROLS, label_problem
+from memory_core.retrieval.fusion import fusion_from_settings
 from memory_core.retrieval.profile import (
     MAX_BUDGET,
     MAX_DEPTH,
@@ -35,7 +35,7 @@ RERANKER = ConvexFusionReranker()
 
 def parse(document: object) -> ProjectRanking:
     """As a project's profile is checked (``ProjectProfiles.ranking_of``) with the default reranker."""
-    return ranking_from_settings(document, RankingProfile(), lambda **f: attrs.evolve(RERANKER, **f).score_range)
+    return ranking_from_settings(document, RankingProfile(), lambda **f: fusion_from_settings(f, RERANKER).score_range)
 
 
 # Inclusive ranges of every numeric setting; the floor's upper end is 1 + exact_bonus (below).
@@ -43,7 +43,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "lexical_depth": (1, MAX_DEPTH), "dense_depth": (1, MAX_DEPTH), "rrf_k": (1, 10_000),
     "rerank_depth": (0, MAX_DEPTH), "token_budget": (1, MAX_BUDGET), "max_fragments": (1, MAX_DEPTH),
     "per_resource_limit": (1, MAX_DEPTH), "alpha": (0.0, 1.0), "cosine_floor": (-1.0, 1.0),
-    "exact_bonus": (0.0, MAX_EXACT_BONUS),
+    "exact_bonus": (0.0, MAX_EXACT_BONUS), "resource_weight": (0.0, 1.0),
 }  # fmt: skip
 INTEGERS = {"lexical_depth", "dense_depth", "rrf_k", "rerank_depth", "token_budget", "max_fragments",
             "per_resource_limit"}  # fmt: skip
@@ -96,8 +96,11 @@ def _within(key: str, value: Any, exact_bonus: float) -> bool:
     return lo <= value <= hi
 
 
+NOT_NUMERIC = ("name", "normalisation", "fusion", "learned_model")
+
+
 @PROPERTIES
-@given(st.sampled_from([k for k in SETTING_KEYS if k not in ("name", "normalisation")]), numbers,
+@given(st.sampled_from([k for k in SETTING_KEYS if k not in NOT_NUMERIC]), numbers,
        st.floats(0.0, MAX_EXACT_BONUS))  # fmt: skip
 def test_a_numeric_setting_is_kept_only_within_its_range(key: str, value: Any, exact_bonus: float) -> None:
     document = {key: value} if key == "exact_bonus" else {key: value, "exact_bonus": exact_bonus}
@@ -163,5 +166,6 @@ def test_any_document_is_a_ranking_or_invalid_request(document: Any) -> None:
         return
     assert set(document) <= set(SETTING_KEYS)
     for key in PROFILE_KEYS:
-        assert _within(key, getattr(ranking.profile, key), attrs.evolve(RERANKER, **ranking.fusion).exact_bonus)
+        top = fusion_from_settings(ranking.fusion, RERANKER).score_range[1]  # 1 + the fusion's exact bonus
+        assert _within(key, getattr(ranking.profile, key), top - 1.0)
     assert label_problem(ranking.profile.name) is None

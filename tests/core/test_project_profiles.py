@@ -234,4 +234,18 @@ def test_the_current_setting_is_graded_first_and_once() -> None:
 
     settings = grid_settings({"alpha": [0.35, 0.5], "rrf_k": [60], "rerank_depth": [50], "normalisation": ["max"],
                               "cosine_floor": [0.0]}, CURRENT)  # fmt: skip
-    assert settings == [{k: CURRENT[k] for k in settings[0]}, {**settings[0], "alpha": 0.5}]
+    # Each setting is the whole current one (the fusion named: settings from before issue 32 name none).
+    assert settings == [{"fusion": "convex_floor", **CURRENT}, {"fusion": "convex_floor", **CURRENT, "alpha": 0.5}]
+
+
+def test_a_grid_key_the_fusion_in_use_does_not_take_is_refused() -> None:
+    from memory_core.evaluation.tuning import grid_settings
+
+    with pytest.raises(InvalidRequest, match="does not take cosine_floor"):
+        grid_settings({"cosine_floor": [0.1]}, {"rrf_k": 60, "rerank_depth": 50, "fusion": "convex_minmax",
+                                                "alpha": 0.5, "exact_bonus": 1.0, "resource_weight": 0.0})  # fmt: skip
+    rrf = {"rrf_k": 60, "rerank_depth": 50, "fusion": "rrf"}
+    with pytest.raises(InvalidRequest, match="does not take alpha"):
+        grid_settings({"alpha": [0.5]}, rrf)
+    # RRF takes no parameter of its own: only the fusion stage's keys are searched.
+    assert grid_settings({"rrf_k": [60, 30], "rerank_depth": [50]}, rrf) == [rrf, {**rrf, "rrf_k": 30}]
