@@ -322,4 +322,88 @@ def bootstrap_in_memory(**overrides: Any) -> Engine:
     return assemble(history=history, evaluation=evaluation, **parts)
 
 
-__all__ = ["assemble", "bootstrap", "bootstrap_in_memory"]
+# -- the daemon's background parts, and what the other entrypoints use of the adapters -----------
+# Entrypoints import adapters only through this module (tests/test_architecture.py): the names
+# below are the adapters' values and helpers they need (the home's layout, the watcher's health
+# records, a source folder's check, the evaluation sources' folders); none of them loads a heavy
+# library.
+from memory_core.adapters.files.evaluation_sources import FolderSources  # noqa: E402
+from memory_core.adapters.files.filesystem_sources import source_root  # noqa: E402
+from memory_core.adapters.files.watcher import (  # noqa: E402
+    DEBOUNCE_MS,
+    STEP_MS,
+    HealthError,
+    ProjectHealth,
+    ReindexRecord,
+    WatchedMemory,
+    Watcher,
+    parse_progress,
+)
+from memory_core.adapters.system.home import DIR_MODE, FILE_MODE, HomeLayout, prepare_home, resolve_home  # noqa: E402
+
+
+def schema_version() -> int:
+    """The database schema this build expects (loads apsw: call it only to show it)."""
+    from memory_core.adapters.sqlite.database import SCHEMA_VERSION
+
+    return SCHEMA_VERSION
+
+
+def background_indexer(engine: Engine, root: os.PathLike[str] | str) -> tuple[Any, Callable[[], None]]:
+    """The engine's indexer with its own catalog, hash cache and embedding-cache connections, for
+    the watcher's worker thread (an apsw connection refuses two threads at once), and a closer.
+
+    Models, blob store, generation store and Run store are shared: each is safe across threads.
+    An engine of other parts (None here) is indexed under the daemon's engine lock instead."""
+    import attrs
+
+    from memory_core.adapters.files.filesystem_sources import FileSystemScanner
+    from memory_core.adapters.sqlite.catalog import SqliteCatalog
+    from memory_core.adapters.sqlite.database import open_database
+    from memory_core.adapters.sqlite.embedding_cache import SqliteEmbeddingCache
+
+    indexer = engine.indexer
+    if not isinstance(indexer.catalog, SqliteCatalog) or not isinstance(indexer.scanner, FileSystemScanner):
+        return None, lambda: None
+    catalog = SqliteCatalog(open_database(HomeLayout.at(root).db_path))
+    parts: dict[str, Any] = {
+        "catalog": catalog,
+        "manifests": catalog,
+        "scanner": FileSystemScanner(hash_cache=catalog, max_bytes=indexer.scanner.max_bytes),
+    }
+    cache = indexer.embedding_cache
+    if isinstance(cache, SqliteEmbeddingCache):
+        parts["embedding_cache"] = SqliteEmbeddingCache(cache.path)
+
+    def close() -> None:
+        catalog.close()
+        if "embedding_cache" in parts:
+            parts["embedding_cache"].close()
+
+    return attrs.evolve(indexer, **parts), close
+
+
+def background_watcher(
+    engine: Engine, root: os.PathLike[str] | str, *, watch: bool, locked_indexer: Any
+) -> tuple[Watcher, Callable[[], None]]:
+    """The daemon's re-index worker (and, with ``watch``, its source watches) over ``engine``:
+    its own indexer (``background_indexer``), else ``locked_indexer`` (an engine of other parts,
+    indexed under the engine lock); with ``watch`` the engine's live memory becomes the watcher's
+    cache (``WatchedMemory``). Not started; returns it and the closer of its connections."""
+    indexer, close_indexer = background_indexer(engine, root)
+    watcher = Watcher(indexer if indexer is not None else locked_indexer, watch=watch)
+    if watch and engine.live_memory is not None:
+        engine.live_memory = WatchedMemory(watcher, engine.live_memory)
+
+    def close() -> None:
+        watcher.close()
+        close_indexer()
+
+    return watcher, close
+
+
+__all__ = [
+    "DEBOUNCE_MS", "DIR_MODE", "FILE_MODE", "STEP_MS", "FolderSources", "HealthError", "HomeLayout", "ProjectHealth",
+    "ReindexRecord", "WatchedMemory", "Watcher", "assemble", "background_indexer", "background_watcher", "bootstrap",
+    "bootstrap_in_memory", "parse_progress", "prepare_home", "resolve_home", "schema_version", "source_root",
+]  # fmt: skip

@@ -226,3 +226,15 @@ def test_adapters_import_only_the_domain_ports_and_pure_rules(path: Path) -> Non
             assert fake or not module.startswith("memory_core.adapters.in_memory"), f"{path.name} imports the fake {module}"
             continue
         assert module.startswith(PURE_CORE), f"{path.relative_to(ROOT)} imports {module}: not domain, ports or rules"
+
+
+def entrypoint_files() -> list[Path]:
+    return sorted(p for p in (ROOT / "entrypoints").rglob("*.py")
+                  if "demo_memory" not in p.parts and p.name != "bootstrap.py")  # fmt: skip
+
+
+@pytest.mark.parametrize("path", entrypoint_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_entrypoints_reach_adapters_only_through_the_composition_root(path: Path) -> None:
+    """Nothing but ``entrypoints/bootstrap.py`` picks or builds an adapter; a transport asks it."""
+    for module in imported_modules(path):
+        assert not module.startswith("memory_core.adapters"), f"{path.relative_to(ROOT)} imports {module}"

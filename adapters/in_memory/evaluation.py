@@ -9,15 +9,8 @@ import attrs
 
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import EvaluationCaseExists, EvaluationCaseNotFound, EvaluationCorpusNotFound
-from memory_core.evaluation.cases import (
-    Case,
-    CaseRecord,
-    Corpus,
-    Judgment,
-    JudgmentSet,
-    SourceTrace,
-    check_judgment_version,
-)
+from memory_core.evaluation.cases import Case, CaseRecord, Corpus, Judgment, JudgmentSet, SourceTrace
+from memory_core.ports.evaluation import check_judgment_version
 
 
 class InMemoryEvaluationStore:

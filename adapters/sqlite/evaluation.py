@@ -24,15 +24,8 @@ from memory_core.domain.clock import utc_now_iso
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import EvaluationCaseExists, EvaluationCaseNotFound, EvaluationCorpusNotFound
 from memory_core.domain.model import Layer, ManifestEntry
-from memory_core.evaluation.cases import (
-    Case,
-    CaseRecord,
-    Corpus,
-    Judgment,
-    JudgmentSet,
-    SourceTrace,
-    check_judgment_version,
-)
+from memory_core.evaluation.cases import Case, CaseRecord, Corpus, Judgment, JudgmentSet, SourceTrace
+from memory_core.ports.evaluation import check_judgment_version
 
 # evaluation_cases names its columns after Case's fields (and adds trace_json): a row read in
 # this order is a Case's values, and a Case's values are the row to write.

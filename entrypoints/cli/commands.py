@@ -247,14 +247,14 @@ def _profiles() -> Any:
 
 
 def evaluation(engine: Engine, args: argparse.Namespace) -> int:
-    from memory_core.adapters.system.home import resolve_home
+    from memory_core.entrypoints.bootstrap import resolve_home
     from memory_core.entrypoints.cli import eval_commands
 
     return eval_commands.handle(engine, args, resolve_home(args.home))
 
 
 def demo(engine: Engine, args: argparse.Namespace) -> int:
-    from memory_core.adapters.system.home import resolve_home
+    from memory_core.entrypoints.bootstrap import resolve_home
     from memory_core.entrypoints.cli.demo import run_demo
 
     return run_demo(engine, resolve_home(args.home), as_json=args.json)

@@ -46,7 +46,7 @@ def parse_source(raw: str, default_layer: Layer) -> Source:
         resolved = str(Path(raw).expanduser().resolve())
     except (RuntimeError, OSError) as exc:  # RuntimeError: an unknown ~user, or a symlink loop
         raise InvalidRequest(f"cannot resolve source path '{printable(raw)}': {exc}", path=printable(raw)) from exc
-    from memory_core.adapters.files.filesystem_sources import source_root
+    from memory_core.entrypoints.bootstrap import source_root
 
     source_root(resolved)  # a folder that is not there (or not a folder, or unreadable): source_unavailable
     return Source(validate_source_path(resolved), layer)

@@ -15,9 +15,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from memory_core.adapters.system.home import DIR_MODE, FILE_MODE, HomeLayout
 from memory_core.domain.errors import ProjectNotFound
 from memory_core.domain.model import Layer, Source
+from memory_core.entrypoints.bootstrap import DIR_MODE, FILE_MODE, HomeLayout
 from memory_core.entrypoints.cli import render, wire
 from memory_core.entrypoints.cli.common import progress_bar
 from memory_core.services.activation import Activation

@@ -102,8 +102,7 @@ def _answer(out: Any, as_json: bool, value: Any, lines: Callable[[Any], Iterable
 
 
 def _workspace(engine: Engine, home: Path) -> Any:
-    from memory_core.adapters.files.evaluation_sources import FolderSources
-    from memory_core.adapters.system.home import HomeLayout
+    from memory_core.entrypoints.bootstrap import FolderSources, HomeLayout
     from memory_core.services.beir_import import EngineWorkspace
 
     return EngineWorkspace(engine, FolderSources(HomeLayout.at(home).evaluation_sources_dir))

@@ -20,9 +20,9 @@ from typing import Any
 
 from rich.markup import escape
 
-from memory_core.adapters.files.watcher import DEBOUNCE_MS, STEP_MS, ProjectHealth, ReindexRecord, parse_progress
 from memory_core.domain.errors import MemoryCoreError
 from memory_core.domain.progress import Progress
+from memory_core.entrypoints.bootstrap import DEBOUNCE_MS, STEP_MS, ProjectHealth, ReindexRecord, parse_progress
 from memory_core.entrypoints.cli import render, wire
 
 FOLLOW_POLL_S = 1.0
@@ -181,7 +181,7 @@ def index_watch(engine: Any, args: argparse.Namespace) -> int:
     try:
         if getattr(engine, "client", None) is not None:
             return _follow_daemon(engine, name, args.json)
-        from memory_core.adapters.files.watcher import Watcher
+        from memory_core.entrypoints.bootstrap import Watcher
 
         watcher = Watcher(engine, only={name}, on_reindex=lambda pid, rec: _line(args.json, pid, rec))
         watcher.start()

@@ -1,6 +1,7 @@
 """What runs beside the daemon's requests: the warm-up, the source watcher and its re-index
-worker (with their own database connections), start-up recovery of interrupted Runs, and the
-drain of the engine call in flight at shutdown."""
+worker (built by the composition root, ``bootstrap.background_watcher``, with their own database
+connections), start-up recovery of interrupted Runs, and the drain of the engine call in flight
+at shutdown."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import attrs
-
+from memory_core.entrypoints.bootstrap import background_indexer as background_indexer  # benchmarks use it here
+from memory_core.entrypoints.bootstrap import background_watcher
 from memory_core.entrypoints.daemon.dispatch import Context
 from memory_core.services.engine import Engine
 
@@ -29,39 +30,6 @@ def warm_up(context: Context) -> None:
             log.info("warm", extra={"fields": {"embedder": engine.embedder.revision}})
     except Exception:
         log.exception("warm-up failed; the first query will load the model")
-
-
-def background_indexer(engine: Engine, root: Path) -> tuple[Any, Callable[[], None]]:
-    """The engine's indexer with its own catalog, hash cache and embedding-cache connections, for
-    the watcher's worker thread (an apsw connection refuses two threads at once), and a closer.
-
-    Models, blob store, generation store and Run store are shared: each is safe across threads.
-    An engine of other parts (``engine_factory``) is indexed under the engine lock instead."""
-    from memory_core.adapters.files.filesystem_sources import FileSystemScanner
-    from memory_core.adapters.sqlite.catalog import SqliteCatalog
-    from memory_core.adapters.sqlite.database import open_database
-    from memory_core.adapters.sqlite.embedding_cache import SqliteEmbeddingCache
-    from memory_core.adapters.system.home import HomeLayout
-
-    indexer = engine.indexer
-    if not isinstance(indexer.catalog, SqliteCatalog) or not isinstance(indexer.scanner, FileSystemScanner):
-        return None, lambda: None
-    catalog = SqliteCatalog(open_database(HomeLayout.at(root).db_path))
-    parts: dict[str, Any] = {
-        "catalog": catalog,
-        "manifests": catalog,
-        "scanner": FileSystemScanner(hash_cache=catalog, max_bytes=indexer.scanner.max_bytes),
-    }
-    cache = indexer.embedding_cache
-    if isinstance(cache, SqliteEmbeddingCache):
-        parts["embedding_cache"] = SqliteEmbeddingCache(cache.path)
-
-    def close() -> None:
-        catalog.close()
-        if "embedding_cache" in parts:
-            parts["embedding_cache"].close()
-
-    return attrs.evolve(indexer, **parts), close
 
 
 class _LockedIndexer:
@@ -92,21 +60,11 @@ class _LockedCatalog:
 
 def start_watcher(context: Context, root: Path, *, watch: bool = True) -> Callable[[], None]:
     """Start the re-index worker (and, with ``watch``, the source watches) for the context's
-    engine; wire its cache in as the engine's live memory. Returns the function that stops it."""
-    from memory_core.adapters.files.watcher import WatchedMemory, Watcher
-
-    engine = context.engine
-    indexer, close_indexer = background_indexer(engine, root)
-    watcher = Watcher(indexer if indexer is not None else _LockedIndexer(context), watch=watch)
-    if watch and engine.live_memory is not None:
-        engine.live_memory = WatchedMemory(watcher, engine.live_memory)
+    engine, as the composition root builds them (``bootstrap.background_watcher``). Returns the
+    function that stops it."""
+    watcher, stop = background_watcher(context.engine, root, watch=watch, locked_indexer=_LockedIndexer(context))
     context.watcher = watcher
     watcher.start()
-
-    def stop() -> None:
-        watcher.close()
-        close_indexer()
-
     return stop
 
 

@@ -96,7 +96,7 @@ def _status(home: str | None, *, as_json: bool) -> int:
     """``memcore status``: the home's daemon, or that none runs (exit 0 either way)."""
     import json
 
-    from memory_core.adapters.system.home import resolve_home
+    from memory_core.entrypoints.bootstrap import resolve_home
     from memory_core.entrypoints.daemon.client import DaemonClient
 
     root = resolve_home(home)

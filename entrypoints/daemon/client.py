@@ -88,7 +88,7 @@ class DaemonClient:
     @classmethod
     def for_home(cls, home: str | os.PathLike[str] | None = None, *, timeout: float | None = None) -> DaemonClient:
         """A client for the daemon serving ``home`` (resolved as the CLI does)."""
-        from memory_core.adapters.system.home import resolve_home
+        from memory_core.entrypoints.bootstrap import resolve_home
 
         return cls(paths.socket_path_for(resolve_home(home)), timeout=timeout)
 
@@ -97,7 +97,7 @@ class DaemonClient:
         cls, home: str | os.PathLike[str] | None = None, *, timeout: float | None = None
     ) -> DaemonClient | None:
         """A client when a daemon answers for ``home``, else ``None`` (use the engine directly)."""
-        from memory_core.adapters.system.home import resolve_home
+        from memory_core.entrypoints.bootstrap import resolve_home
 
         # Checked before building a client: an embedded CLI call should not pay for httpx.
         if not paths.socket_path_for(resolve_home(home)).exists():

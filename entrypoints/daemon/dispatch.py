@@ -19,7 +19,6 @@ from typing import Any, TypeVar, cast
 
 import attrs
 
-from memory_core.adapters.files.watcher import Watcher
 from memory_core.domain import errors as err
 from memory_core.domain.evaluation_errors import (
     EvaluationCaseNotFound,
@@ -34,8 +33,10 @@ from memory_core.domain.evaluation_errors import (
     InvalidJudgments,
     TuningNotFound,
 )
+from memory_core.domain.jobs import RUNNING, JobInfo
+from memory_core.entrypoints.bootstrap import Watcher
 from memory_core.entrypoints.daemon import api
-from memory_core.entrypoints.daemon.jobs import JobRunner
+from memory_core.entrypoints.daemon.jobs import JobBoard, JobRunner
 from memory_core.evaluation.cases import Case, JudgmentSet
 from memory_core.evaluation.fixture import ImportResult
 from memory_core.evaluation.tuning import TuneResult
@@ -101,6 +102,12 @@ class Context:
     # Where long jobs run: a child process each, off the engine lock (None: an engine of other
     # parts, whose jobs run here under the lock).
     jobs: JobRunner | None = None
+    # Every job, run in a child or here: what list_jobs shows and cancel_job finds (the runner's too).
+    board: JobBoard = attrs.field(factory=JobBoard)
+
+    def __attrs_post_init__(self) -> None:
+        if self.jobs is not None:
+            self.jobs.board = self.board
 
     def call(self, method: Method, request: Any) -> Any:
         """Run a handler; blocking, so the app calls it from a worker thread."""
@@ -123,7 +130,7 @@ class Context:
         """An Engine method that takes long (``jobs.OPERATIONS``): in a child process, so no
         activation waits for it; without a runner, here under the engine lock."""
         if self.jobs is None:
-            with self.engine_held():
+            with self.board.job(operation.__name__, args), self.engine_held():
                 return operation(self.engine, *args, **kwargs)
         self._count(+1)
         try:
@@ -337,6 +344,26 @@ def list_tunings(ctx: Context, req: api.ListTuningsRequest) -> api.TuningList:
     return api.TuningList(tuple(ctx.engine.tunings(req.project_id)))
 
 
+# -- jobs ---------------------------------------------------------------------------------------
+INDEX_JOB = "index:"  # a re-index on the watcher's worker is listed as the job "index:<project>"
+
+
+def list_jobs(ctx: Context, _: api.ListJobsRequest) -> api.JobList:
+    jobs = ctx.board.jobs()
+    indexing = [JobInfo(INDEX_JOB + h.project_id, "index_project", h.project_id, RUNNING, None, None, h.progress,
+                        cancellable=False)
+                for h in (ctx.watcher.health() if ctx.watcher is not None else []) if h.indexing]  # fmt: skip
+    return api.JobList(tuple(indexing + jobs))
+
+
+def cancel_job(ctx: Context, req: api.CancelJobRequest) -> JobInfo:
+    if req.job_id.startswith(INDEX_JOB):
+        # A re-index publishes nothing until it is done, and the next change starts another:
+        # stopping one gains nothing (``project storage clear`` stops re-indexing a project).
+        raise err.InvalidRequest(f"{req.job_id!r} is a re-index: it cannot be cancelled", job_id=req.job_id)
+    return ctx.board.cancel(req.job_id)
+
+
 _BLOBS = (err.BlobNotFound, err.BlobCorrupted)
 METHODS: tuple[Method, ...] = (
     Method("runtime_status", READ | UI, api.RuntimeStatusRequest, api.RuntimeStatus, runtime_status,
@@ -433,6 +460,12 @@ METHODS: tuple[Method, ...] = (
            "k-fold cross-validated; a proposal only when the paired 95% interval of the nDCG@10 gain lies above 0. "
            "Runs as a job, beside activations (seconds at 1,000 cases).",
            (err.ProjectNotFound, EvaluationSetEmpty, err.InvalidRequest, err.JobInterrupted), uses_engine=False),
+    Method("list_jobs", READ | UI, api.ListJobsRequest, api.JobList, list_jobs,
+           "The jobs running beside activations (tunings, imports, storage moves, re-indexes) and those ended "
+           "lately, with their progress where they say it.", allow_get=True, uses_engine=False),
+    Method("cancel_job", WRITE | UI, api.CancelJobRequest, JobInfo, cancel_job,
+           "Stop a running job: its caller gets job_interrupted (reason cancelled) and nothing it started is "
+           "kept. A re-index cannot be cancelled.", (err.JobNotFound, err.InvalidRequest), uses_engine=False),
     Method("list_tunings", READ, api.ListTuningsRequest, api.TuningList, list_tunings,
            "A project's tunings, newest first.", (err.ProjectNotFound,)),
 )

@@ -20,6 +20,7 @@ stdin and stdout: one request ``(operation, args, kwargs)``, one answer ``("ok",
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -28,17 +29,23 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from memory_core.domain.errors import JobInterrupted, MemoryCoreError
+from memory_core.domain.clock import utc_now_iso
+from memory_core.domain.errors import InvalidRequest, JobInterrupted, JobNotFound, MemoryCoreError
+from memory_core.domain.ids import new_id
+from memory_core.domain.jobs import CANCELLED, FAILED, RUNNING, SUCCEEDED, JobInfo
 
 log = logging.getLogger("memory_core.daemon")
 
 # The Engine methods a job may run: the operations that take long and need no model.
 OPERATIONS = frozenset({"tune_project", "import_evaluation_set", "move_project_storage"})
+PROJECT_OPERATIONS = frozenset({"tune_project", "move_project_storage"})  # their first argument is a project
+ENDED_KEPT = 20  # ended jobs list_jobs still shows
 CANCEL_GRACE_S = 3.0  # SIGTERM lets the job clean up; SIGKILL after this
 JOB_NICENESS = 10  # activations come first on a machine with few cores
 # A job's address-space limit. A 256 MiB fixture decodes to about 2 GiB of Python objects; a
@@ -50,11 +57,91 @@ MEMORY_EXIT = 3  # the child's status when it ran out of memory (it answers noth
 
 
 @attrs.define
+class _Job:
+    """A job's record: its child while it runs (None: a job run in process), then how it ended."""
+
+    job_id: str
+    operation: str
+    project_id: str | None
+    started_at: str
+    child: subprocess.Popen[bytes] | None = None
+    state: str = RUNNING
+    ended_at: str | None = None
+    error_code: str | None = None
+    cancelled: bool = False
+
+    def info(self) -> JobInfo:
+        cancellable = self.state == RUNNING and self.child is not None
+        return JobInfo(self.job_id, self.operation, self.project_id, self.state, self.started_at, self.ended_at,
+                       None, cancellable, self.error_code)  # fmt: skip
+
+
+@attrs.define
+class JobBoard:
+    """Every job of a daemon, running or among the last ``ENDED_KEPT`` ended: what ``list_jobs``
+    shows and ``cancel_job`` finds, whether the job runs in a child (``JobRunner``) or in process."""
+
+    _running: dict[str, _Job] = attrs.field(factory=dict)
+    _ended: collections.deque[_Job] = attrs.field(factory=lambda: collections.deque(maxlen=ENDED_KEPT))
+    _lock: threading.Lock = attrs.field(factory=threading.Lock)
+
+    @contextlib.contextmanager
+    def job(self, operation: str, args: tuple[Any, ...]) -> Iterator[_Job]:
+        """A job's record from its start to its end (its state from how the block ended)."""
+        project_id = args[0] if operation in PROJECT_OPERATIONS and args else None
+        job = _Job(new_id(), operation, project_id, utc_now_iso())
+        with self._lock:
+            self._running[job.job_id] = job
+        state = FAILED
+        try:
+            yield job
+            state = SUCCEEDED
+        except MemoryCoreError as exc:
+            job.error_code = exc.code
+            raise
+        finally:
+            with self._lock:
+                self._running.pop(job.job_id, None)
+                job.state = CANCELLED if job.cancelled and state == FAILED else state
+                job.ended_at, job.child = utc_now_iso(), None
+                self._ended.appendleft(job)
+
+    def jobs(self) -> list[JobInfo]:
+        """Running jobs (oldest first), then those ended lately (newest first)."""
+        with self._lock:
+            return [j.info() for j in (*self._running.values(), *self._ended)]
+
+    def children(self) -> list[subprocess.Popen[bytes]]:
+        with self._lock:
+            return [j.child for j in self._running.values() if j.child is not None]
+
+    def cancel(self, job_id: str) -> JobInfo:
+        """Ask a running job's child to stop (SIGTERM: its clean-up runs, nothing it started is
+        kept); its caller gets ``job_interrupted`` (reason ``cancelled``). An ended job is left as
+        it is; a job run in process cannot be cancelled."""
+        with self._lock:
+            job = self._running.get(job_id) or next((j for j in self._ended if j.job_id == job_id), None)
+            if job is None:
+                raise JobNotFound(f"no job {job_id!r} is running or ended lately", job_id=job_id)
+            child = job.child
+            if job.state == RUNNING and child is None:
+                raise InvalidRequest(f"job {job_id!r} runs in the daemon's process: it cannot be cancelled",
+                                     job_id=job_id)  # fmt: skip
+            job.cancelled = child is not None
+        if child is not None:
+            log.info("job cancelled", extra={"fields": {"job": job.operation, "job_id": job_id}})
+            _signal(child, signal.SIGTERM)
+            _signal(child, signal.SIGCONT)
+        return job.info()
+
+
+@attrs.define
 class JobRunner:
-    """Runs jobs for the daemon of ``home``, each in a child process; ``cancel_all`` at stop."""
+    """Runs jobs for the daemon of ``home``, each in a child process, recorded on ``board``;
+    ``cancel_all`` at stop."""
 
     home: Path
-    _children: set[subprocess.Popen[bytes]] = attrs.field(factory=set)
+    board: JobBoard = attrs.field(factory=JobBoard)
     _lock: threading.Lock = attrs.field(factory=threading.Lock)
     _stopping: bool = False
 
@@ -63,59 +150,53 @@ class JobRunner:
         if operation not in OPERATIONS:
             raise ValueError(f"{operation!r} is not a job")
         request = pickle.dumps((operation, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
-        with self._lock:
-            if self._stopping:
-                raise JobInterrupted(f"the daemon is stopping: {operation} was not started", reason="stopping")
-            child = subprocess.Popen(
-                [sys.executable, "-m", __name__, str(self.home)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                close_fds=True,
-            )
-            self._children.add(child)
-        log.info("job started", extra={"fields": {"job": operation, "pid": child.pid}})
-        try:
-            answer, _ = child.communicate(request)
-        finally:
+        with self.board.job(operation, args) as job:
             with self._lock:
-                self._children.discard(child)
-        try:
-            status, value = pickle.loads(answer)
-        except Exception:
-            out_of_memory = child.returncode in (MEMORY_EXIT, -signal.SIGKILL)
-            reason = "stopping" if self._stopping else "memory" if out_of_memory else "exited"
-            log.warning("job ended without an answer",
-                        extra={"fields": {"job": operation, "exit": child.returncode, "reason": reason}})
-            raise JobInterrupted(
-                f"{operation} ended before it finished ({_why(reason)}); nothing it started was kept",
-                reason=reason,
-                exit_status=child.returncode,
-            ) from None
-        log.info("job ended", extra={"fields": {"job": operation, "status": status}})
-        if status == "error":
-            raise value
-        return value
+                if self._stopping:
+                    raise JobInterrupted(f"the daemon is stopping: {operation} was not started", reason="stopping")
+                job.child = child = subprocess.Popen(
+                    [sys.executable, "-m", __name__, str(self.home)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    close_fds=True,
+                )
+            fields = {"job": operation, "job_id": job.job_id}
+            log.info("job started", extra={"fields": {**fields, "pid": child.pid}})
+            answer, _ = child.communicate(request)
+            try:
+                status, value = pickle.loads(answer)
+            except Exception:
+                out_of_memory = child.returncode in (MEMORY_EXIT, -signal.SIGKILL)
+                reason = ("cancelled" if job.cancelled else "stopping" if self._stopping
+                          else "memory" if out_of_memory else "exited")  # fmt: skip
+                log.warning("job ended without an answer",
+                            extra={"fields": {**fields, "exit": child.returncode, "reason": reason}})
+                raise JobInterrupted(
+                    f"{operation} ended before it finished ({_why(reason)}); nothing it started was kept",
+                    reason=reason,
+                    exit_status=child.returncode,
+                ) from None
+            log.info("job ended", extra={"fields": {**fields, "status": status}})
+            if status == "error":
+                raise value
+            return value
 
     def running(self) -> int:
-        with self._lock:
-            return len(self._children)
+        return len(self.board.children())
 
     def cancel_all(self) -> None:
         """Refuse new jobs and ask every running child to stop (SIGTERM, and SIGCONT so a child
         stopped by a signal hears it); ``close`` escalates."""
         with self._lock:
             self._stopping = True
-            children = list(self._children)
-        for child in children:
+        for child in self.board.children():
             _signal(child, signal.SIGTERM)
             _signal(child, signal.SIGCONT)
 
     def close(self, grace_s: float = CANCEL_GRACE_S) -> None:
         """Cancel every job and wait at most ``grace_s`` for them; SIGKILL what is left."""
         self.cancel_all()
-        with self._lock:
-            children = list(self._children)
-        for child in children:
+        for child in self.board.children():
             try:
                 child.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
@@ -130,6 +211,7 @@ def _signal(child: subprocess.Popen[bytes], sig: int) -> None:
 
 def _why(reason: str) -> str:
     return {
+        "cancelled": "it was cancelled",
         "stopping": "the daemon is stopping",
         "memory": f"it needed more than {JOB_MEMORY_BYTES >> 30} GiB of memory, or was killed",
     }.get(reason, "its process exited")

@@ -15,8 +15,8 @@ from typing import Any
 
 import attrs
 
-from memory_core.adapters.system.home import HomeLayout
 from memory_core.domain.errors import StorageUnavailable
+from memory_core.entrypoints.bootstrap import HomeLayout
 
 SOCKET_NAME = "memcore.sock"
 LOCK_NAME = "daemon.lock"

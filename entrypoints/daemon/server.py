@@ -69,7 +69,7 @@ def serve(
     started by a client, the default is ``DEFAULT_IDLE_EXIT_S``; 0 also means never)."""
     import uvicorn
 
-    from memory_core.adapters.system.home import prepare_home, resolve_home
+    from memory_core.entrypoints.bootstrap import prepare_home, resolve_home
     from memory_core.entrypoints.daemon.app import create_app
     from memory_core.entrypoints.ui import launch as ui_launch
 
@@ -106,7 +106,7 @@ def serve(
         started_at = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
         context = Context(engine=engine, home=str(root), socket=str(path), started_at=started_at, idle=clock)
         if engine_factory is None:  # a job's process builds the same engine over the home
-            context.jobs = jobs = JobRunner(root)
+            context.jobs = jobs = JobRunner(root, board=context.board)
         lock.record(paths.DaemonInfo(os.getpid(), str(path), started_at))
         stop_watcher = start_watcher(context, root, watch=watch)
         if warm:

@@ -205,7 +205,7 @@ def main(home: str | None = None, *, start_timeout_s: float = 60.0, log_level: s
     import anyio
     from mcp.server.stdio import stdio_server
 
-    from memory_core.adapters.system.home import prepare_home, resolve_home
+    from memory_core.entrypoints.bootstrap import prepare_home, resolve_home
     from memory_core.entrypoints.daemon.logs import configure_logging
 
     configure_logging(log_level)

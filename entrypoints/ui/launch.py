@@ -90,7 +90,7 @@ def display_available() -> bool:
 def main(home_arg: str | None, *, open_browser: bool = True, start_timeout_s: float = 60.0,
          print_json: bool = False, idle_exit_s: float | None = None) -> int:
     """``memcore ui``: print (and open) the Diagnostics address of the home's daemon."""
-    from memory_core.adapters.system.home import resolve_home
+    from memory_core.entrypoints.bootstrap import resolve_home
     from memory_core.entrypoints.daemon import api
     from memory_core.entrypoints.daemon.launcher import ensure_daemon
 

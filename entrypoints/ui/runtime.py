@@ -47,9 +47,9 @@ def database_facts(db: Path) -> dict[str, Any]:
     if db.exists():
         import apsw
 
-        from memory_core.adapters.sqlite.database import SCHEMA_VERSION
+        from memory_core.entrypoints.bootstrap import schema_version
 
-        expected = SCHEMA_VERSION
+        expected = schema_version()
         conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
         try:
             # PRAGMA user_version is always an integer; apsw types a cell as any SQLite value
@@ -136,7 +136,7 @@ def engine_facts(context: Context, recent: int = RECENT_RUNS) -> dict[str, Any]:
 
 def runtime_facts(context: Context, recent: int = RECENT_RUNS) -> dict[str, Any]:
     """Everything the Runtime page adds to ``runtime_status``."""
-    from memory_core.adapters.system.home import HomeLayout
+    from memory_core.entrypoints.bootstrap import HomeLayout
 
     layout = HomeLayout.at(context.home)
     facts: dict[str, Any] = {

@@ -139,6 +139,12 @@ class JobInterrupted(MemoryCoreError):
     code = "job_interrupted"
 
 
+class JobNotFound(MemoryCoreError):
+    """No running or recently ended job has this id (``list_jobs`` lists them)."""
+
+    code = "job_not_found"
+
+
 class RetrievalFailed(MemoryCoreError):
     """A search or model stage failed; the Run is recorded as ``failed``."""
 

@@ -9,6 +9,7 @@ from memory_core.domain.model import ManifestEntry
 from memory_core.domain.progress import Progress, no_progress
 from memory_core.evaluation.beir import Prepared
 from memory_core.evaluation.cases import Case, CaseRecord, Corpus, Judgment, JudgmentSet, SourceTrace
+from memory_core.evaluation.cases import check_judgment_version as check_judgment_version  # every store's CAS rule
 from memory_core.evaluation.metrics import RankedItem
 from memory_core.runs.records import RunDetail
 

@@ -95,6 +95,9 @@ SUCCESS: dict[str, tuple[bool, dict[str, Any]]] = {  # method -> (needs an index
     "restore_project_profile": (True, {"project_id": "ledger", "version": 0}),
     "tune_project": (True, {"project_id": "ledger", "include_unreviewed": True, "folds": 2, "<with_case>": True}),
     "list_tunings": (True, {"project_id": "ledger"}),
+    # Jobs (issue 31); "<job_id>": a tuning's, run first (an ended job answers cancel_job as it ended).
+    "list_jobs": (False, {}),
+    "cancel_job": (True, {"job_id": "<job_id>"}),
 }
 RUN_QUERY = {"project_id": "ledger", "query": "how do I roll back a deploy?"}
 
@@ -109,6 +112,9 @@ def with_run_id(http: TestClient, body: dict[str, Any]) -> dict[str, Any]:
     if body.get("<with_case>"):
         with_run_id(http, {"case_id": "<case_id>"})
         body = without_placeholders(body)
+    if body.get("job_id") == "<job_id>":
+        ok(http, "tune_project", with_run_id(http, SUCCESS["tune_project"][1]))
+        body = {**body, "job_id": ok(http, "list_jobs", {})["jobs"][0]["job_id"]}
     if body.get("fixture") == {"<fixture>": True}:
         with_case = with_run_id(http, {"case_id": "<case_id>"})
         assert with_case["case_id"]

@@ -160,3 +160,46 @@ def test_a_domain_error_pickles_whole(error: err.MemoryCoreError) -> None:
     assert type(back) is type(error)
     assert (back.code, back.message, back.details, back.args) == (error.code, error.message, error.details, error.args)
     assert back.__dict__ == error.__dict__
+
+
+@pytest.mark.slow
+def test_a_running_job_is_listed_and_cancel_job_stops_it_keeping_nothing(tmp_path: Path) -> None:
+    """Issue 31, item 2: a job has an id, shows in list_jobs while it runs, and cancel_job stops
+    it: its caller gets job_interrupted (reason cancelled), it stays listed as cancelled, and the
+    daemon serves on with nothing of the job kept."""
+    source = memory_folder(tmp_path / "memory")
+    daemon = Daemon(tmp_path / "home", tmp_path / "daemon.log", env={jobs.PAUSE_POINT_ENV: "move_project_storage"})
+    client = daemon.client
+    try:
+        client.add_project("ledger", [Source(str(source))])
+        client.index_project("ledger")
+        assert client.list_jobs().jobs == ()
+        destination = tmp_path / "elsewhere"
+        worker, outcome = in_thread(lambda: client.move_project_storage("ledger", destination))
+        child = paused_job(daemon)
+
+        (running,) = client.list_jobs().jobs
+        assert (running.operation, running.project_id, running.state) == ("move_project_storage", "ledger", "running")
+        assert running.cancellable and running.ended_at is None and running.started_at
+
+        cancelled = client.cancel_job(running.job_id)
+        assert cancelled.job_id == running.job_id
+        worker.join(timeout=WAIT_S)
+        error = outcome.get("error")
+        assert isinstance(error, err.JobInterrupted), outcome
+        assert error.details["reason"] == "cancelled"
+        assert not alive(child) or process_state(child) == "Z"
+
+        (ended,) = client.list_jobs().jobs
+        assert (ended.job_id, ended.state, ended.error_code) == (running.job_id, "cancelled", "job_interrupted")
+        assert not ended.cancellable and ended.ended_at is not None
+        assert Path(client.show_project_storage("ledger").location) != destination
+        assert not destination.exists() or not any(destination.iterdir())
+        assert client.activate_memory("ledger", QUERY).fragments
+
+        with pytest.raises(err.JobNotFound):
+            client.cancel_job("no-such-job")
+        with pytest.raises(err.InvalidRequest, match="re-index"):
+            client.cancel_job("index:ledger")
+    finally:
+        assert daemon.stop() == 0

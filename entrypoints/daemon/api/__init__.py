@@ -20,18 +20,18 @@ from typing import Any
 
 import attrs
 
-from memory_core.adapters.files.watcher import HealthError, ProjectHealth, ReindexRecord
 from memory_core.domain.errors import InvalidRequest, MemoryCoreError
 from memory_core.domain.model import Generation, IndexRevisions, Layer, Project
+from memory_core.entrypoints.bootstrap import HealthError, ProjectHealth, ReindexRecord
 from memory_core.entrypoints.wire_input import InvalidJson
 from memory_core.runs.records import CandidateRecord, ClearReport, RunDetail, RunPage, RunSummary
 from memory_core.services.activation import ActivationResponse, Fragment
 from memory_core.services.engine import ProjectInfo
 from memory_core.services.indexing import IndexReport
 
-API_VERSION = "1.4.0"  # 1.1: Evaluation Set methods; 1.2: Project Local Storage, remove_project purge;
+API_VERSION = "1.5.0"  # 1.1: Evaluation Set methods; 1.2: Project Local Storage, remove_project purge;
 # 1.3: ranking profiles and tuning, candidate spans and passages (issue 18); 1.4: an activation's
-# notices (issue 30)
+# notices (issue 30); 1.5: list_jobs and cancel_job (issue 31)
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a 10,000-unit activation state is about 0.9 MiB
 # import_evaluation_set carries whole fixtures (corpus bodies included): its own, larger limit.
 MAX_IMPORT_BODY_BYTES = 256 << 20
@@ -102,6 +102,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "blob_not_found": 500,
     "storage_unavailable": 503,
     "job_interrupted": 503,
+    "job_not_found": 404,
     "daemon_unavailable": 503,
     "jvm_unavailable": 503,
     "model_unavailable": 503,
@@ -180,6 +181,7 @@ from memory_core.entrypoints.daemon.api.requests import (  # noqa: E402
     RUN_STATUSES,
     ActivateMemoryRequest,
     AddProjectRequest,
+    CancelJobRequest,
     ClearProjectStorageRequest,
     ClearRetrievalRunsRequest,
     CreateEvaluationCaseRequest,
@@ -192,6 +194,7 @@ from memory_core.entrypoints.daemon.api.requests import (  # noqa: E402
     IndexProjectRequest,
     JudgmentInput,
     ListEvaluationCasesRequest,
+    ListJobsRequest,
     ListProjectsRequest,
     ListRetrievalRunsRequest,
     ListTuningsRequest,
@@ -216,6 +219,7 @@ from memory_core.entrypoints.daemon.api.responses import (  # noqa: E402
     EvaluationCaseDetail,
     EvaluationCaseList,
     EvaluationReport,
+    JobList,
     MissedEvidenceSummary,
     ProjectList,
     RuntimeStatus,
@@ -239,6 +243,9 @@ __all__ = [
     "ActivateMemoryRequest",
     "ActivationResponse",
     "AddProjectRequest",
+    "CancelJobRequest",
+    "JobList",
+    "ListJobsRequest",
     "CandidateRecord",
     "CaseMetricsWire",
     "ClearProjectStorageRequest",

@@ -384,3 +384,16 @@ class TuneProjectRequest:
 @attrs.frozen(field_transformer=bounded)
 class ListTuningsRequest:
     project_id: str
+
+
+# -- jobs (issue 31) ------------------------------------------------------------------------------
+@attrs.frozen(field_transformer=bounded)
+class ListJobsRequest:
+    """No inputs."""
+
+
+@attrs.frozen(field_transformer=bounded)
+class CancelJobRequest:
+    """Stop a running job (list_jobs gives the ids); nothing it started is kept."""
+
+    job_id: str = attrs.field(metadata={"schema": {"minLength": 1, "maxLength": 64}})

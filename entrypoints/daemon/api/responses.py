@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import attrs
 
-from memory_core.adapters.files.watcher import ProjectHealth
+from memory_core.domain.jobs import JobInfo
+from memory_core.entrypoints.bootstrap import ProjectHealth
 from memory_core.evaluation.cases import Case, Corpus, JudgmentSet, SourceTrace
 from memory_core.evaluation.passages import CandidatePassage
 from memory_core.evaluation.report import (
@@ -120,3 +121,10 @@ class TuningList:
     """A project's tunings, newest first."""
 
     tunings: tuple[TuneResult, ...]
+
+
+@attrs.frozen
+class JobList:
+    """Running jobs (oldest first), then those ended lately (newest first)."""
+
+    jobs: tuple[JobInfo, ...]

@@ -1,5 +1,5 @@
-// Runtime: the daemon, its storage, projects and their generations, models warm or cold, and
-// recent activation latency per stage.
+// Runtime: the daemon, its jobs, its storage, projects and their generations, models warm or cold,
+// and recent activation latency per stage.
 
 import { stackedBars } from "./charts.js";
 import {
@@ -140,6 +140,34 @@ export function watcherPanel(status) {
   return panel;
 }
 
+// The jobs running beside activations (list_jobs): tunings, imports and storage moves, each
+// cancellable, and re-indexes on the watcher's worker; then those ended lately.
+export function jobsPanel(jobs, refresh) {
+  const panel = h("section", { class: "panel", "aria-labelledby": "jobs-h" }, h("h2", { id: "jobs-h" }, "Jobs"));
+  if (!jobs.length) {
+    panel.append(h("p", { class: "muted" }, "No job is running, and none ended lately."));
+    return panel;
+  }
+  const cancel = (job) => h("button", { class: "secondary", type: "button", onclick: async () => {
+    await call("cancel_job", { job_id: job.job_id });
+    refresh();
+  } }, "Cancel");
+  panel.append(table(["Job", "Project", "State", "Started", "Progress", ""], jobs.map((job) => h("tr", null,
+    h("th", { scope: "row" }, job.operation, h("span", { class: "sub" }, job.job_id)),
+    h("td", null, job.project_id || "—"),
+    h("td", null, job.error_code ? `${job.state} (${job.error_code})` : job.state),
+    h("td", null, job.started_at ? fmtTime(job.started_at) : "—"),
+    h("td", null, job.progress || "—"),
+    h("td", null, job.cancellable ? cancel(job) : ""))), { "aria-label": "Jobs" }));
+  return panel;
+}
+
+// The engine line: whether an engine call holds the engine now, and how many wait.
+export function engineLine(status) {
+  if (!status.engine_busy) return "idle";
+  return status.in_flight > 0 ? `busy (${status.in_flight} call(s) running or queued)` : "busy";
+}
+
 function modelsPanel(models) {
   const panel = h("section", { class: "panel", "aria-labelledby": "models-h" }, h("h2", { id: "models-h" }, "Models"));
   if (models === null) {
@@ -179,7 +207,7 @@ export function heartbeat() {
 }
 
 export async function runtimePage(main) {
-  const [status, extra] = await Promise.all([call("runtime_status"), view("/ui/api/runtime")]);
+  const [status, extra, jobs] = await Promise.all([call("runtime_status"), view("/ui/api/runtime"), call("list_jobs")]);
   const db = extra.database;
   const schema = db.schema_version === null ? "—"
     : `${db.schema_version}${db.expected_schema_version && db.expected_schema_version !== db.schema_version
@@ -195,7 +223,7 @@ export async function runtimePage(main) {
         ["Uptime", `${fmtDuration(status.uptime_seconds)} — since ${fmtTime(status.started_at)}`],
         ["Home", h("code", null, status.home)],
         ["Socket", status.socket ? h("code", null, status.socket) : "—"],
-        ["Engine", status.engine_busy ? `busy (${status.in_flight} call(s) running or queued)` : "idle"],
+        ["Engine", engineLine(status)],
         ["Lifetime", lifetime(status)],
       ])),
       h("section", { class: "panel", "aria-labelledby": "storage-h" }, h("h2", { id: "storage-h" }, "Storage"), facts([
@@ -204,6 +232,6 @@ export async function runtimePage(main) {
         ["Blob store", h("span", null, blobs ? `${fmtBytes(blobs.bytes)} in ${blobs.files} blob(s)` : "empty", " ",
           h("code", { class: "small" }, extra.blob_store.path))],
       ]))),
-    h("div", { class: "stack" }, projectsPanel(extra.projects), watcherPanel(status), modelsPanel(extra.models), latencyPanel(extra.recent_latency)),
+    h("div", { class: "stack" }, jobsPanel(jobs.jobs, () => runtimePage(main)), projectsPanel(extra.projects), watcherPanel(status), modelsPanel(extra.models), latencyPanel(extra.recent_latency)),
   );
 }
