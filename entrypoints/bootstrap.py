@@ -26,6 +26,7 @@ from memory_core.ports import (
     VectorIndexFactory,
 )
 from memory_core.ports.evaluation import EvaluationStore
+from memory_core.ports.learning import RankLearner
 from memory_core.ports.profiles import ProfileStore
 from memory_core.ports.runs import RunRecorder, RunStore
 from memory_core.retrieval.profile import RankingProfile
@@ -70,6 +71,7 @@ def bootstrap(
     profile: RankingProfile | None = None,
     live_memory: LiveMemory | None = None,
     profile_store: ProfileStore | None = None,
+    learner: RankLearner | None = None,
     recover: bool = True,
     sync_history: bool = False,
     inference: str | None = None,
@@ -188,7 +190,15 @@ def bootstrap(
         evaluation=evaluation,
         live_memory=live_memory,
         profile_store=profile_store,
+        learner=learner or _default_learner(),
     )
+
+
+def _default_learner() -> RankLearner:
+    """LightGBM's lambdarank (``adapters/learning``); it imports LightGBM only when used."""
+    from memory_core.adapters.learning.lightgbm_ranker import LightGBMRanker
+
+    return LightGBMRanker()
 
 
 def assemble(
@@ -210,6 +220,7 @@ def assemble(
     evaluation: EvaluationService,
     live_memory: LiveMemory | None = None,
     profile_store: ProfileStore | None = None,
+    learner: RankLearner | None = None,
 ) -> Engine:
     """The one place the indexer and the engine are put together from their parts.
 
@@ -250,6 +261,7 @@ def assemble(
         evaluation=evaluation,
         live_memory=live_memory,
         profile_store=profile_store,
+        learner=learner,
     )
 
 
@@ -300,6 +312,7 @@ def bootstrap_in_memory(**overrides: Any) -> Engine:
         "vectors": vectors,
         "reranker": reranker,
         "profile": RankingProfile(),
+        "learner": _default_learner(),
     }
     parts.update(overrides)
     evaluation_store: EvaluationStore = InMemoryEvaluationStore()

@@ -7,7 +7,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from memory_core.domain.clock import utc_now_iso
-from memory_core.domain.evaluation_errors import TuningNotFound
+from memory_core.domain.evaluation_errors import LearningNotFound, TuningNotFound
+from memory_core.evaluation.learning import LearnResult
 from memory_core.evaluation.tuning import TuneResult
 from memory_core.retrieval.profile import StoredProfile
 
@@ -21,6 +22,8 @@ class InMemoryProfileStore:
         self._now = now
         self._profiles: dict[str, list[StoredProfile]] = {}
         self._tunings: dict[str, TuneResult] = {}
+        self._learnings: dict[str, LearnResult] = {}
+        self._models: dict[tuple[str, str], bytes] = {}
         self._lock = threading.Lock()
 
     def latest_profile(self, project_id: str) -> StoredProfile | None:
@@ -55,3 +58,25 @@ class InMemoryProfileStore:
         with self._lock:
             mine = [t for t in self._tunings.values() if t.project_id == project_id]
         return sorted(mine, key=lambda t: (t.created_at, t.tune_id), reverse=True)
+
+    def put_learning(self, result: LearnResult, model: bytes | None) -> None:
+        self._require(result.project_id)
+        with self._lock:
+            if model is not None and result.model_digest is not None:
+                self._models.setdefault((result.project_id, result.model_digest), model)
+            self._learnings[result.learn_id] = result
+
+    def get_learning(self, learn_id: str) -> LearnResult:
+        with self._lock:
+            if learn_id not in self._learnings:
+                raise LearningNotFound(f"no learning {learn_id!r}", learn_id=learn_id)
+            return self._learnings[learn_id]
+
+    def learnings(self, project_id: str) -> list[LearnResult]:
+        with self._lock:
+            mine = [r for r in self._learnings.values() if r.project_id == project_id]
+        return sorted(mine, key=lambda r: (r.created_at, r.learn_id), reverse=True)
+
+    def learned_model(self, project_id: str, digest: str) -> bytes | None:
+        with self._lock:
+            return self._models.get((project_id, digest))

@@ -319,3 +319,27 @@ def m008_project_profiles(conn: apsw.Connection) -> None:
         CREATE INDEX project_tunings_by_project ON project_tunings(project_id, created_at);
         """
     )
+
+
+@migration
+def m009_project_learnings(conn: apsw.Connection) -> None:
+    # Learned ranking models (issue 32, item 2) and the learnings that made them: each model's
+    # bytes once, by their SHA-256 (a profile names a model by it); a learning's result whole.
+    conn.execute(
+        """
+        CREATE TABLE learned_models (
+            model_digest TEXT PRIMARY KEY,
+            project_id TEXT NOT NULL REFERENCES projects(project_id) ON DELETE CASCADE,
+            model BLOB NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        CREATE TABLE project_learnings (
+            learn_id TEXT PRIMARY KEY,
+            project_id TEXT NOT NULL REFERENCES projects(project_id) ON DELETE CASCADE,
+            created_at TEXT NOT NULL,
+            result_json TEXT NOT NULL
+        );
+        CREATE INDEX project_learnings_by_project ON project_learnings(project_id, created_at);
+        CREATE INDEX learned_models_by_project ON learned_models(project_id);
+        """
+    )

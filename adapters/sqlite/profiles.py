@@ -1,4 +1,5 @@
-"""The ProfileStore port over ``local.db`` (migration 008): project profiles and tunings."""
+"""The ProfileStore port over ``local.db``: project profiles and tunings (migration 008), learnings
+and learned models (009)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from memory_core.adapters.sqlite.database import fetch, storage_errors, write_tr
 from memory_core.adapters.storage_format import CONVERTER as STORED
 from memory_core.domain.canonical import canonical_json
 from memory_core.domain.clock import utc_now_iso
-from memory_core.domain.evaluation_errors import TuningNotFound
+from memory_core.domain.evaluation_errors import LearningNotFound, TuningNotFound
+from memory_core.evaluation.learning import LearnResult
 from memory_core.evaluation.tuning import TuneResult
 from memory_core.retrieval.profile import StoredProfile
 
@@ -74,3 +76,35 @@ class SqliteProfileStore:
         rows = fetch(self._conn, "SELECT result_json FROM project_tunings WHERE project_id = ? "
                                  "ORDER BY created_at DESC, tune_id DESC", (project_id,))  # fmt: skip
         return [STORED.structure(json.loads(str(r[0])), TuneResult) for r in rows]
+
+    def put_learning(self, result: LearnResult, model: bytes | None) -> None:
+        document = json.dumps(STORED.unstructure(result), sort_keys=True, allow_nan=False)
+        with storage_errors("cannot store the learning"), write_transaction(self._conn) as conn:
+            if not fetch(conn, "SELECT 1 FROM projects WHERE project_id = ?", (result.project_id,)):
+                raise project_not_found(conn, result.project_id)
+            if model is not None and result.model_digest is not None:
+                conn.execute(
+                    "INSERT OR IGNORE INTO learned_models (model_digest, project_id, model, created_at) "
+                    "VALUES (?, ?, ?, ?)",
+                    (result.model_digest, result.project_id, model, result.created_at),
+                )
+            conn.execute(
+                "INSERT INTO project_learnings (learn_id, project_id, created_at, result_json) VALUES (?, ?, ?, ?)",
+                (result.learn_id, result.project_id, result.created_at, document),
+            )
+
+    def get_learning(self, learn_id: str) -> LearnResult:
+        rows = fetch(self._conn, "SELECT result_json FROM project_learnings WHERE learn_id = ?", (learn_id,))
+        if not rows:
+            raise LearningNotFound(f"no learning {learn_id!r}", learn_id=learn_id)
+        return STORED.structure(json.loads(str(rows[0][0])), LearnResult)
+
+    def learnings(self, project_id: str) -> list[LearnResult]:
+        rows = fetch(self._conn, "SELECT result_json FROM project_learnings WHERE project_id = ? "
+                                 "ORDER BY created_at DESC, learn_id DESC", (project_id,))  # fmt: skip
+        return [STORED.structure(json.loads(str(r[0])), LearnResult) for r in rows]
+
+    def learned_model(self, project_id: str, digest: str) -> bytes | None:
+        rows = fetch(self._conn, "SELECT model FROM learned_models WHERE project_id = ? AND model_digest = ?",
+                     (project_id, digest))  # fmt: skip
+        return bytes(rows[0][0]) if rows else None

@@ -128,3 +128,17 @@ class TuningNotFound(MemoryCoreError):
     """No tuning with that id exists (for that project)."""
 
     code = "tuning_not_found"
+
+
+class LearningNotFound(MemoryCoreError):
+    """No learning (``memcore eval learn``) with that id exists."""
+
+    code = "learning_not_found"
+
+
+class LearnedModelRefused(MemoryCoreError):
+    """A learned ranking model that cannot be applied: its bytes are missing, corrupt or not its
+    digest, or it was trained on another feature revision. A profile naming it ranks with the
+    default reranker instead, and its Runs record the refusal."""
+
+    code = "learned_model_refused"

@@ -1,10 +1,12 @@
-"""The port that keeps each project's own ranking settings and its tunings (issue 18)."""
+"""The port that keeps each project's own ranking settings, its tunings (issue 18), its learnings
+and their learned models (issue 32)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from memory_core.evaluation.learning import LearnResult
 from memory_core.evaluation.tuning import TuneResult
 from memory_core.retrieval.profile import StoredProfile
 
@@ -35,4 +37,21 @@ class ProfileStore(Protocol):
 
     def tunings(self, project_id: str) -> list[TuneResult]:
         """The project's tunings, newest first."""
+        ...
+
+    def put_learning(self, result: LearnResult, model: bytes | None) -> None:
+        """Keep a learning and its model's bytes (under ``result.model_digest``, once); raises
+        ``ProjectNotFound``."""
+        ...
+
+    def get_learning(self, learn_id: str) -> LearnResult:
+        """Raises ``LearningNotFound``."""
+        ...
+
+    def learnings(self, project_id: str) -> list[LearnResult]:
+        """The project's learnings, newest first."""
+        ...
+
+    def learned_model(self, project_id: str, digest: str) -> bytes | None:
+        """The bytes of the project's model ``digest`` as stored (unchecked), or None."""
         ...

@@ -9,6 +9,7 @@ place a settings document is checked: unknown keys, wrong types and out-of-range
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -76,10 +77,15 @@ PROFILE_KEYS = (
 # The fusion function (``fusion``: a name in ``retrieval.fusion.FUSIONS``) and every parameter a
 # registered fusion takes; which ones a given fusion accepts is checked by ``fusion_from_settings``.
 FUSION_KEYS = (FUSION_SETTING, *FUSION_PARAMETERS)
-SETTING_KEYS = ("name", *PROFILE_KEYS, *FUSION_KEYS)
+# A learned ranking model (issue 32, item 2), named by the SHA-256 of its bytes: it reranks the
+# window in place of the fusion (``services/profiles.py`` loads it; the fusion keys still give
+# the ranking it falls back to when the model is refused).
+LEARNED_MODEL = "learned_model"
+SETTING_KEYS = ("name", *PROFILE_KEYS, *FUSION_KEYS, LEARNED_MODEL)
 _INTEGER_KEYS = {"lexical_depth", "dense_depth", "rrf_k", "rerank_depth", "token_budget", "max_fragments",
                  "per_resource_limit"}  # fmt: skip
 MAX_NAME_CHARS = 64
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 @attrs.frozen
@@ -115,6 +121,9 @@ def check_setting_type(key: str, value: Any) -> None:
     elif key in _INTEGER_KEYS:
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidRequest(f"{key} must be an integer, got {value!r}", key=key)
+    elif key == LEARNED_MODEL:
+        if not isinstance(value, str) or not _DIGEST.fullmatch(value):
+            raise InvalidRequest(f"{key} must be a model's SHA-256 (64 lowercase hex digits), got {value!r}", key=key)
     elif isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise InvalidRequest(f"{key} must be a finite number, got {value!r}", key=key)
 

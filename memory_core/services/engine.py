@@ -20,6 +20,7 @@ from memory_core.domain.model import Generation, Project, Source, validate_proje
 from memory_core.domain.progress import Progress
 from memory_core.evaluation.cases import Case, JudgmentSet
 from memory_core.evaluation.fixture import ExportScope, ImportResult, dump
+from memory_core.evaluation.learning import LearnResult
 from memory_core.evaluation.report import Report
 from memory_core.evaluation.tuning import TuneResult
 from memory_core.ports import (
@@ -32,6 +33,7 @@ from memory_core.ports import (
     Reranker,
     VectorIndexFactory,
 )
+from memory_core.ports.learning import RankLearner
 from memory_core.ports.profiles import ProfileStore
 from memory_core.ports.runs import RunRecorder, RunStore
 from memory_core.retrieval.activation_state import ActivationState
@@ -41,6 +43,7 @@ from memory_core.services.activation import Activation, Ranking, activate, revis
 from memory_core.services.evaluation import EvaluationService
 from memory_core.services.fixtures import export_document
 from memory_core.services.indexing import Indexer, IndexReport
+from memory_core.services.learning import learn_project
 from memory_core.services.local_storage import (
     CURRENT,
     PREVIOUS,
@@ -81,12 +84,14 @@ class Engine:
     live_memory: LiveMemory | None = None
     # Each project's own ranking settings and tunings (issue 18); None: every project ranks alike.
     profile_store: ProfileStore | None = None
+    # The learning-to-rank library (issue 32): learns a project's ranker and loads learned models.
+    learner: RankLearner | None = None
     _open: OpenGenerations = attrs.field(factory=OpenGenerations, init=False)
     _profiles: ProjectProfiles = attrs.field(init=False)
 
     @_profiles.default
     def _project_profiles(self) -> ProjectProfiles:
-        return ProjectProfiles(self.profile_store, self.profile, self.reranker)
+        return ProjectProfiles(self.profile_store, self.profile, self.reranker, self.learner)
 
     # -- projects -------------------------------------------------------------------------
     def add_project(self, name: str, sources: Sequence[Source]) -> Project:
@@ -272,6 +277,24 @@ class Engine:
         result (``services/tuning.py`` lists the options); raises ``EvaluationSetEmpty``."""
         self.catalog.get_project(name)
         return tune_project(self.evaluations(), self._profiles, name, now=self.now, **options)
+
+    def learn_project(self, name: str, **options: Any) -> LearnResult:
+        """Learn a ranker from the project's judged cases, cross-validated against its ranking now,
+        and keep the result and model (``services/learning.py`` lists the options); raises
+        ``EvaluationSetEmpty``, ``InvalidRequest``."""
+        self.catalog.get_project(name)
+        return learn_project(self.evaluations(), self._profiles, self.learner, name, now=self.now, **options)
+
+    def learnings(self, name: str) -> list[LearnResult]:
+        """The project's learnings, newest first."""
+        self.catalog.get_project(name)
+        return self._profiles.store.learnings(name) if self._profiles.store is not None else []
+
+    def set_profile_from_learning(self, name: str, learn_id: str) -> ProfileView:
+        """Put a learning's model in use (a new profile version); refused unless it was proposed;
+        raises ``LearningNotFound``, ``InvalidRequest``."""
+        self.catalog.get_project(name)
+        return self._profiles.set_from_learning(name, learn_id)
 
     def tunings(self, name: str) -> list[TuneResult]:
         """The project's tunings, newest first."""

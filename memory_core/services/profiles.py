@@ -4,23 +4,30 @@ appends a copy), so a Run's recorded ``ranking_profile`` revision can always be 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from memory_core.domain.errors import InvalidRequest
+from memory_core.domain.evaluation_errors import LearnedModelRefused
+from memory_core.evaluation.learning import LearnedReranker, RefusedModelFallback, read_model
 from memory_core.ports import Reranker
+from memory_core.ports.learning import RankLearner
 from memory_core.ports.profiles import ProfileStore
 from memory_core.retrieval.fusion import fusion_from_settings, is_fusion
 from memory_core.retrieval.profile import (
     FROM_FILE,
+    LEARNED_MODEL,
     PROFILE_KEYS,
     RankingProfile,
     StoredProfile,
     ranking_from_settings,
 )
 from memory_core.services.activation import Ranking
+
+log = logging.getLogger(__name__)
 
 
 @attrs.frozen
@@ -43,6 +50,7 @@ class ProjectProfiles:
     store: ProfileStore | None
     default_profile: RankingProfile
     default_reranker: Reranker
+    learner: RankLearner | None = None  # loads a profile's learned model (issue 32); None: none load
     _parsed: dict[str, tuple[tuple[int, str], Ranking]] = attrs.field(factory=dict, init=False)
 
     def ranking_of(self, settings: Mapping[str, Any]) -> Ranking:
@@ -78,6 +86,7 @@ class ProjectProfiles:
                 f"{exc.message}; set new settings or restore another version (0: the defaults)",
                 **{**exc.details, "project": project_id, "version": stored.version},
             ) from exc
+        ranking = self._with_learned_model(project_id, stored.settings, ranking, strict=False)
         self._parsed[project_id] = (key, ranking)
         return ranking
 
@@ -100,7 +109,7 @@ class ProjectProfiles:
         """Check ``settings`` whole, then store them as the project's next version."""
         if not isinstance(settings, Mapping):
             raise InvalidRequest("a ranking profile is a JSON object of settings")
-        self.ranking_of(settings)  # nothing is stored when this raises
+        self._with_learned_model(project_id, settings, self.ranking_of(settings), strict=True)  # raises: nothing stored
         self._store().add_profile(project_id, settings, source)
         return self.show(project_id)
 
@@ -134,3 +143,58 @@ class ProjectProfiles:
         settings = {**(stored.settings if stored is not None else {}), **tuning.proposal,
                     "name": f"tuned-{tune_id[-8:].lower()}"}  # fmt: skip
         return self.set(project_id, settings, source=f"tune:{tune_id}")
+
+    # -- learned models (issue 32, item 2) -----------------------------------------------------
+    def load_model(self, project_id: str, digest: str) -> LearnedReranker:
+        """The project's learned model ``digest`` as a reranker; ``LearnedModelRefused`` when it
+        is missing, corrupt, of another feature revision, or this engine has no learner."""
+        if self.learner is None:
+            raise LearnedModelRefused("this engine has no learner to load a learned model with", model=digest[:12],
+                                      reason="no_learner")  # fmt: skip
+        data = self._store().learned_model(project_id, digest)
+        if data is None:
+            raise LearnedModelRefused(f"project {project_id!r} has no learned model {digest[:12]}", model=digest[:12],
+                                      reason="missing")  # fmt: skip
+        model = read_model(data, digest)
+        try:
+            scorer = self.learner.load(model.model)
+        except LearnedModelRefused:
+            raise
+        except Exception as exc:  # the library missing or failing: refused, never a crash
+            raise LearnedModelRefused(f"learned model {digest[:12]} cannot be loaded: {type(exc).__name__}: {exc}",
+                                      model=digest[:12], reason="load_failed") from exc  # fmt: skip
+        return LearnedReranker(digest, scorer)
+
+    def _with_learned_model(self, project_id: str, settings: Mapping[str, Any], ranking: Ranking, *,
+                            strict: bool) -> Ranking:  # fmt: skip
+        """``ranking`` with the model its settings name reranking the window. A model that cannot
+        be applied raises when ``strict`` (setting a profile), else the ranking keeps its fusion
+        under a revision naming the refusal (the Run records it): never a crash, never a mix."""
+        digest = settings.get(LEARNED_MODEL)
+        if digest is None:
+            return ranking
+        try:
+            learned = self.load_model(project_id, digest)
+        except LearnedModelRefused as exc:
+            if strict:
+                raise
+            log.warning("project %s: %s; ranking with its fusion instead", project_id, exc.message)
+            reason = str(exc.details.get("reason", exc.code))
+            return attrs.evolve(ranking, reranker=RefusedModelFallback(ranking.reranker, digest, reason))
+        if strict and ranking.profile.min_final_score > learned.score_range[1]:
+            raise InvalidRequest(f"min_final_score must be at most {learned.score_range[1]:g} with a learned model "
+                                 "(its scores lie in (0, 1))", key="min_final_score")  # fmt: skip
+        return attrs.evolve(ranking, reranker=learned)
+
+    def set_from_learning(self, project_id: str, learn_id: str) -> ProfileView:
+        """Put a learning's model in use over the settings in use; refused when it was not proposed."""
+        learning = self._store().get_learning(learn_id)
+        if learning.project_id != project_id:
+            raise InvalidRequest(f"learning {learn_id!r} was measured on project {learning.project_id!r}, not "
+                                 f"{project_id!r}", learn_id=learn_id)  # fmt: skip
+        if not learning.proposed or learning.model_digest is None:
+            raise InvalidRequest(f"learning {learn_id!r} proposed nothing: {learning.verdict}", learn_id=learn_id)
+        stored = self._store().latest_profile(project_id)
+        settings = {**(stored.settings if stored is not None else {}), LEARNED_MODEL: learning.model_digest,
+                    "name": f"learned-{learn_id[-8:].lower()}"}  # fmt: skip
+        return self.set(project_id, settings, source=f"learn:{learn_id}")

@@ -94,3 +94,24 @@ def test_removing_the_project_removes_its_profiles_and_tunings(tmp_path: Path) -
     assert store.profile_history("alpha") == [] and store.tunings("alpha") == []
     with pytest.raises(TuningNotFound):
         store.get_tuning("T1")
+
+
+def test_a_learning_and_its_model_are_kept_the_model_once_by_its_digest(world: World) -> None:
+    from memory_core.domain.evaluation_errors import LearningNotFound
+    from memory_core.evaluation.learning import LearnResult
+
+    digest = "ab" * 32
+    first = LearnResult(learn_id="L1", project_id="alpha", created_at="2026-01-01T00:00:01.000Z", level="resource",
+                        folds=5, cases=30, excluded_cases=0, groups=30, current="convex", verdict="no proposal",
+                        model_digest=digest, current_metrics=TuneMetrics(0.5, 0.6, 0.7), gain=0.01, gain_low=-0.01,
+                        gain_high=0.03, p_value=0.4)  # fmt: skip
+    world.store.put_learning(first, b"model bytes")
+    second = attrs.evolve(first, learn_id="L2", created_at="2026-01-01T00:00:02.000Z")
+    world.store.put_learning(second, b"other bytes")  # the same digest: the first bytes stay
+    assert world.store.get_learning("L1") == first and world.store.learnings("alpha") == [second, first]
+    assert world.store.learned_model("alpha", digest) == b"model bytes"
+    assert world.store.learned_model("beta", digest) is None and world.store.learned_model("alpha", "cd" * 32) is None
+    with pytest.raises(LearningNotFound):
+        world.store.get_learning("L3")
+    with pytest.raises(ProjectNotFound):
+        world.store.put_learning(attrs.evolve(first, learn_id="L4", project_id="beta"), b"x")

@@ -1,0 +1,1 @@
+"""Learning-to-rank adapters (``memory_core.ports.learning.RankLearner``)."""

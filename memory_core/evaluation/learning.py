@@ -1,0 +1,546 @@
+"""A ranker learned from a project's judgments (issue 32, item 2): features, the model's
+envelope, the reranker that applies it, and the guard that decides whether to propose it.
+
+Every candidate of a case's frozen trace records its stage ranks and scores (``CandidateRecord``),
+so the features of the rerank window are computed from the trace without running retrieval
+again, and at activation from the live candidates with the same function (``window_features``):
+what a model was trained on is what it is applied to. ``FEATURE_REVISION`` names that function;
+a model trained under another revision is refused (``LearnedModelRefused``), never applied to
+features it did not learn.
+
+The learner itself (LightGBM's lambdarank) is an adapter behind ``memory_core.ports.learning``;
+this module only calls the two functions it is given: ``fit`` (grouped ranking data -> model
+text and feature importances) and ``load`` (model text -> a scorer of feature rows).
+
+The guard mirrors ``tuning.tune``: k-fold cross-validation by case (or by a group of cases, a
+conversation say, so no fold learns from its own group). Each fold's model is trained on the
+other folds and graded on its held-out cases; those nDCG@10 values are paired with the current
+ranking's on the same cases by a bootstrap interval and a sign-flip p. The model trained on all
+cases is proposed only when the interval's lower bound is above 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import re
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from memory_core.domain.canonical import canonical_json
+from memory_core.domain.errors import InvalidRequest
+from memory_core.domain.evaluation_errors import LearnedModelRefused
+from memory_core.evaluation.metrics import Judgments, MetricLevel, RankedItem, grade, mrr, ndcg_at, recall_at
+from memory_core.evaluation.report import MIN_CASES_FOR_INTERVAL, CaseInput
+from memory_core.evaluation.statistics import DEFAULT_BOOTSTRAP_RESAMPLES, paired_bootstrap, paired_randomization_p
+from memory_core.evaluation.tuning import DEFAULT_FOLDS, FOLD_SEED, TuneMetrics, check_folds
+from memory_core.retrieval.pipeline import Candidate, RerankInput
+from memory_core.runs.records import CandidateRecord
+
+# Change it whenever ``window_features`` changes what a column means: every stored model then
+# refuses to load rather than rank with columns it never saw.
+FEATURE_REVISION = "ltr-features-v1"
+MODEL_FORMAT = "memory-core-learned-ranker"
+# Bounds on one training (the adapter bounds rounds and leaves): rows are (case, window unit)
+# pairs; 200,000 rows of ~30 features are ~50 MB as floats and a few seconds of one core.
+MAX_TRAINING_ROWS = 200_000
+TOP_IMPORTANCES = 10
+MISSING = math.nan  # a stage that did not rank the unit: the learner treats NaN as missing
+
+FEATURE_NAMES = (
+    "exact",  # named by the exact identity stage
+    "exact_score",
+    "bm25_score",
+    "bm25_relative",  # BM25 / the window's best BM25
+    "bm25_rank",
+    "lexical_rank",
+    "dense_similarity",
+    "dense_gap",  # cosine minus the window's best cosine
+    "dense_rank",
+    "rrf_score",
+    "window_position",  # 1-based place in the fused order
+    "resource_units",  # units of the same resource in the window
+    "resource_best_bm25_relative",
+    "resource_best_dense",
+    "resource_mean_dense",
+    "resource_rrf_sum",
+    "resource_best_by_bm25",  # this unit is its resource's best lexical unit
+    "resource_best_by_dense",
+    "unit_ordinal",  # the unit's place in its resource (0: the first)
+    "unit_start",  # code-point offset in its resource (log1p)
+    "unit_tokens",
+    "heading_depth",
+    "heading_match",  # share of query terms in the heading path
+    "title_match",  # share of query terms in the first heading (a document's title)
+    "resource_name_match",  # share of query terms in the resource id
+    "query_terms",
+    "window_size",
+    "fusion_prior",  # the shipped convex fusion's score: where a model can start from
+)
+_TERM = re.compile(r"\w+")
+MIN_TERM_CHARS = 3  # shorter tokens ("of", "a", "is") match everywhere and say nothing
+# ``fusion_prior``: alpha * BM25 / the window's best + (1 - alpha) * the cosine clipped at 0, + 1
+# for an exact match: the default fusion (``ConvexFusionReranker()``) with its weights frozen here,
+# so a feature never changes with a project's profile or a new default.
+PRIOR_ALPHA = 0.35
+
+
+@attrs.frozen
+class FeatureInput:
+    """What the features read of one candidate: a trace's ``CandidateRecord`` or a live
+    ``Candidate`` reduced to the same fields (also a ``RerankInput``, so any text-free reranker,
+    the default fusion one among them, can score it)."""
+
+    unit_id: str
+    resource_id: str
+    heading_path: tuple[str, ...]
+    token_count: int
+    start: int | None
+    exact_rank: int | None
+    exact_score: float | None
+    bm25_rank: int | None
+    bm25_score: float | None
+    lexical_rank: int | None
+    dense_rank: int | None
+    dense_similarity: float | None
+    rrf_score: float
+    resource_hash: str = ""
+    text: str = ""  # RerankInput; no feature reads the text
+
+    @classmethod
+    def of_record(cls, c: CandidateRecord) -> FeatureInput:
+        return cls(c.unit_id, c.resource_id, tuple(c.heading_path), c.token_count, c.start, c.exact_rank,
+                   c.exact_score, c.bm25_rank, c.bm25_score, c.lexical_rank, c.dense_rank, c.dense_similarity,
+                   c.rrf_score, c.resource_hash)  # fmt: skip
+
+    @classmethod
+    def of(cls, c: RerankInput) -> FeatureInput:
+        """From what a reranker is given: a pipeline ``Candidate`` (activation) or a FeatureInput."""
+        if isinstance(c, FeatureInput):
+            return c
+        if not isinstance(c, Candidate):
+            raise TypeError(f"a learned ranker reads pipeline candidates, got {type(c).__name__}")
+        u = c.unit
+        return cls(u.unit_id, u.resource_id, u.heading_path, u.token_count, u.start, c.exact_rank, c.exact_score,
+                   c.bm25_rank, c.bm25_score, c.lexical_rank, c.dense_rank, c.dense_similarity, c.rrf_score,
+                   u.resource_hash)  # fmt: skip
+
+
+def query_terms(text: str) -> frozenset[str]:
+    return frozenset(t for t in _TERM.findall(text.lower()) if len(t) >= MIN_TERM_CHARS)
+
+
+def _share(terms: frozenset[str], text: str) -> float:
+    return len(terms & query_terms(text)) / len(terms) if terms else 0.0
+
+
+def _ordinal(unit_id: str) -> float:
+    _, sep, ordinal = unit_id.rpartition("#")
+    return float(ordinal) if sep and ordinal.isdigit() else MISSING
+
+
+def _num(value: float | int | None) -> float:
+    return MISSING if value is None else float(value)
+
+
+def window_features(query: str, window: Sequence[FeatureInput]) -> list[list[float]]:
+    """One row of ``FEATURE_NAMES`` per unit of the window (in the window's fused order).
+
+    Every value is finite or ``MISSING`` (NaN); the rows depend only on the query and the window,
+    so the trace's window and the live one give the same rows."""
+    terms = query_terms(query)
+    bm25 = [c.bm25_score for c in window if c.bm25_score is not None]
+    best_bm25 = max(bm25, default=0.0)
+    cosines = [c.dense_similarity for c in window if c.dense_similarity is not None]
+    best_cosine = max(cosines, default=MISSING)
+
+    def relative(score: float | None) -> float:
+        if score is None:
+            return 0.0
+        return score / best_bm25 if best_bm25 > 0 else 0.0
+
+    by_resource: dict[str, list[FeatureInput]] = {}
+    for c in window:
+        by_resource.setdefault(c.resource_id, []).append(c)
+    aggregates: dict[str, tuple[float, ...]] = {}
+    for resource_id, units in by_resource.items():
+        rel = [relative(u.bm25_score) for u in units]
+        dense = [u.dense_similarity for u in units if u.dense_similarity is not None]
+        aggregates[resource_id] = (
+            float(len(units)),
+            max(rel),
+            max(dense, default=MISSING),
+            math.fsum(dense) / len(dense) if dense else MISSING,
+            math.fsum(u.rrf_score for u in units),
+        )
+    rows: list[list[float]] = []
+    for position, c in enumerate(window, start=1):
+        count, res_bm25, res_dense, res_mean, res_rrf = aggregates[c.resource_id]
+        own_bm25 = relative(c.bm25_score)
+        rows.append([
+            1.0 if c.exact_rank is not None else 0.0,
+            _num(c.exact_score),
+            _num(c.bm25_score),
+            own_bm25,
+            _num(c.bm25_rank),
+            _num(c.lexical_rank),
+            _num(c.dense_similarity),
+            c.dense_similarity - best_cosine if c.dense_similarity is not None else MISSING,
+            _num(c.dense_rank),
+            float(c.rrf_score),
+            float(position),
+            count,
+            res_bm25,
+            res_dense,
+            res_mean,
+            res_rrf,
+            1.0 if c.bm25_score is not None and own_bm25 >= res_bm25 else 0.0,
+            1.0 if c.dense_similarity is not None and c.dense_similarity >= res_dense else 0.0,
+            _ordinal(c.unit_id),
+            math.log1p(c.start) if c.start is not None and c.start >= 0 else MISSING,
+            float(c.token_count),
+            float(len(c.heading_path)),
+            _share(terms, " ".join(c.heading_path)),
+            _share(terms, c.heading_path[0]) if c.heading_path else 0.0,
+            _share(terms, c.resource_id.replace("_", " ").replace("-", " ")),
+            float(len(terms)),
+            float(len(window)),
+            PRIOR_ALPHA * own_bm25 + (1 - PRIOR_ALPHA) * max(0.0, c.dense_similarity or 0.0)
+            + (1.0 if c.exact_rank is not None else 0.0),
+        ])  # fmt: skip
+    return rows
+
+
+# -- the model and its envelope ---------------------------------------------------------------
+Scorer = Callable[[Sequence[Sequence[float]]], Sequence[float]]
+
+
+@attrs.frozen
+class FeatureImportance:
+    feature: str
+    share: float  # of the model's total split gain
+
+
+@attrs.frozen
+class FittedModel:
+    """What a trainer returns: the library's own model text and each feature's importance."""
+
+    model: str
+    importances: tuple[FeatureImportance, ...]
+
+
+@attrs.frozen
+class RankingData:
+    """Grouped ranking data: ``rows[i]`` has relevance ``labels[i]``; ``groups`` are the
+    consecutive rows of each query (their sizes, in order)."""
+
+    rows: tuple[tuple[float, ...], ...]
+    labels: tuple[int, ...]
+    groups: tuple[int, ...]
+    feature_names: tuple[str, ...] = FEATURE_NAMES
+
+
+@attrs.frozen
+class LearnedModel:
+    """A learned ranker as stored: content-addressed by ``digest`` (SHA-256 of ``to_bytes``)."""
+
+    trainer: str  # the trainer's revision (library, objective, bounds)
+    model: str  # the library's own model text
+    feature_revision: str = FEATURE_REVISION
+    feature_names: tuple[str, ...] = FEATURE_NAMES
+    level: str = MetricLevel.RESOURCE.value
+
+    def to_bytes(self) -> bytes:
+        return canonical_json({"format": MODEL_FORMAT, **attrs.asdict(self)})
+
+    @property
+    def digest(self) -> str:
+        return model_digest(self.to_bytes())
+
+
+def model_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_model(data: bytes, expected_digest: str | None = None) -> LearnedModel:
+    """The model in ``data``; ``LearnedModelRefused`` when its bytes are not the digest named,
+    are not a model document, or were made under another feature revision."""
+    short = (expected_digest or model_digest(data))[:12]
+    if expected_digest is not None and model_digest(data) != expected_digest:
+        raise LearnedModelRefused(f"learned model {short}: its bytes do not match its digest", model=short,
+                                  reason="digest_mismatch")  # fmt: skip
+    try:
+        doc = json.loads(data.decode("utf-8"))
+        if not isinstance(doc, dict) or doc.get("format") != MODEL_FORMAT:
+            raise ValueError("not a learned-ranker document")
+        model = LearnedModel(trainer=str(doc["trainer"]), model=str(doc["model"]),
+                             feature_revision=str(doc["feature_revision"]), level=str(doc["level"]),
+                             feature_names=tuple(str(n) for n in doc["feature_names"]))  # fmt: skip
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise LearnedModelRefused(f"learned model {short} cannot be read: {exc}", model=short,
+                                  reason="unreadable") from exc  # fmt: skip
+    if model.feature_revision != FEATURE_REVISION or model.feature_names != FEATURE_NAMES:
+        raise LearnedModelRefused(
+            f"learned model {short} was trained on features {model.feature_revision!r}, this engine computes "
+            f"{FEATURE_REVISION!r}: learn again (`memcore eval learn`)",
+            model=short,
+            reason="feature_revision",
+            feature_revision=model.feature_revision,
+        )
+    return model
+
+
+def squashed(score: float) -> float:
+    """A model's raw score mapped into (0, 1), order kept (the logistic function, overflow-free):
+    a profile's ``min_final_score`` then means the same for every model."""
+    if score >= 0:
+        return 1.0 / (1.0 + math.exp(-score))
+    e = math.exp(score)
+    return e / (1.0 + e)
+
+
+@attrs.frozen
+class LearnedReranker:
+    """Scores the rerank window with a learned model (a ``Reranker``): the window's features
+    (``window_features``) through the model's scorer, squashed into (0, 1)."""
+
+    digest: str
+    scorer: Scorer = attrs.field(eq=False, repr=False)
+
+    @property
+    def revision(self) -> str:
+        return f"learned-ranker(model={self.digest[:12]},features={FEATURE_REVISION})"
+
+    @property
+    def score_range(self) -> tuple[float, float]:
+        return 0.0, 1.0
+
+    def rerank(self, query: str, candidates: Sequence[RerankInput]) -> list[float]:
+        if not candidates:
+            return []
+        rows = window_features(query, [FeatureInput.of(c) for c in candidates])
+        scores = [squashed(float(s)) for s in self.scorer(rows)]
+        if len(scores) != len(rows):
+            raise ValueError(f"the learned model gave {len(scores)} scores for {len(rows)} candidates")
+        return scores
+
+
+class _Reranks(Protocol):
+    @property
+    def revision(self) -> str: ...
+
+    def rerank(self, query: str, candidates: Sequence[RerankInput]) -> list[float]: ...
+
+
+@attrs.frozen
+class RefusedModelFallback:
+    """The ranking a profile gets when its learned model was refused: the profile's own fusion,
+    unchanged, under a revision that names the refused model and why (every Run records it)."""
+
+    fallback: _Reranks
+    digest: str
+    reason: str
+
+    @property
+    def revision(self) -> str:
+        return f"{self.fallback.revision}+learned-model-refused({self.digest[:12]},{self.reason})"
+
+    @property
+    def score_range(self) -> tuple[float, float]:
+        found: tuple[float, float] = getattr(self.fallback, "score_range", (0.0, 1.0))
+        return found
+
+    def rerank(self, query: str, candidates: Sequence[RerankInput]) -> list[float]:
+        return self.fallback.rerank(query, candidates)
+
+
+# -- the cases a learner trains on ------------------------------------------------------------
+@attrs.frozen
+class LearningCase:
+    """One judged query: its recorded rerank window (fused order) and the rest, in fused order."""
+
+    case_id: str
+    group: str  # the unit of a fold: the case itself, or a group of cases (a conversation)
+    query: str
+    window: tuple[FeatureInput, ...]
+    tail: tuple[FeatureInput, ...]
+    judgments: Judgments
+
+
+def learning_case(case: CaseInput, query: str, group: str | None = None) -> LearningCase:
+    """From a case's frozen trace: the recorded window is the units the Run reranked."""
+    fused = sorted(case.candidates, key=lambda c: (c.rrf_rank, c.unit_id))
+    window = tuple(FeatureInput.of_record(c) for c in fused if c.rerank_rank is not None)
+    tail = tuple(FeatureInput.of_record(c) for c in fused if c.rerank_rank is None)
+    return LearningCase(case.case_id, group if group is not None else case.case_id, query, window, tail,
+                        case.judgments)  # fmt: skip
+
+
+def labels(case: LearningCase, level: MetricLevel) -> list[int]:
+    """Each window unit's relevance: its own judgment (unit level), else its resource's."""
+    resources = case.judgments.resource_relevance()
+    if level is MetricLevel.RESOURCE:
+        return [resources.get(c.resource_id, 0) for c in case.window]
+    return [case.judgments.units.get(c.unit_id, resources.get(c.resource_id, 0)) for c in case.window]
+
+
+def ranking_data(cases: Sequence[LearningCase], level: MetricLevel) -> RankingData:
+    rows: list[tuple[float, ...]] = []
+    out_labels: list[int] = []
+    groups: list[int] = []
+    for case in cases:
+        rows += [tuple(r) for r in window_features(case.query, case.window)]
+        out_labels += labels(case, level)
+        groups.append(len(case.window))
+    return RankingData(tuple(rows), tuple(out_labels), tuple(groups))
+
+
+def check_rows(cases: Sequence[LearningCase]) -> int:
+    """The training rows of ``cases``; ``InvalidRequest`` above ``MAX_TRAINING_ROWS``."""
+    rows = sum(len(c.window) for c in cases)
+    if rows > MAX_TRAINING_ROWS:
+        raise InvalidRequest(
+            f"{len(cases):,} cases hold {rows:,} window units, more than the {MAX_TRAINING_ROWS:,} one training "
+            "takes: learn on fewer cases",
+            rows=rows,
+            limit=MAX_TRAINING_ROWS,
+        )
+    return rows
+
+
+def reordered(case: LearningCase, scores: Sequence[float]) -> list[RankedItem]:
+    """The final order ``scores`` of the window give (as ``apply_rerank``: the window by score,
+    fused order on ties, then the rest in fused order)."""
+    order = sorted(range(len(case.window)), key=lambda i: -scores[i])
+    units = [case.window[i] for i in order] + list(case.tail)
+    return [RankedItem(c.unit_id, c.resource_id, c.resource_hash) for c in units]
+
+
+# -- the guard --------------------------------------------------------------------------------
+@attrs.frozen
+class LearnResult:
+    """A learning and its verdict; ``model_digest`` names the model trained on all cases (None
+    when there were too few cases), kept whether proposed or not, applied only when ``proposed``."""
+
+    learn_id: str
+    project_id: str
+    created_at: str
+    level: str
+    folds: int
+    cases: int  # cases with a relevant item and a recorded window: the ones learned from
+    excluded_cases: int
+    groups: int  # the units folds are made of (cases, or conversations)
+    current: str  # the reranker the project ranks with now (its revision)
+    verdict: str
+    feature_revision: str = FEATURE_REVISION
+    trainer: str = ""
+    training_rows: int = 0
+    model_digest: str | None = None
+    current_metrics: TuneMetrics | None = None
+    cross_validated: TuneMetrics | None = None
+    gain: float | None = None
+    gain_low: float | None = None
+    gain_high: float | None = None
+    p_value: float | None = None
+    proposed: bool = False
+    importances: tuple[FeatureImportance, ...] = ()
+    seconds: float = 0.0
+
+
+def fold_groups(groups: Sequence[str], k: int) -> list[list[int]]:
+    """Case indices of each of ``k`` folds: whole groups, shuffled by a fixed seed."""
+    names = sorted(set(groups))
+    random.Random(FOLD_SEED).shuffle(names)
+    fold_of = {name: i % k for i, name in enumerate(names)}
+    return [[i for i, g in enumerate(groups) if fold_of[g] == f] for f in range(k)]
+
+
+def _graded(order: Sequence[RankedItem], judgments: Judgments, level: MetricLevel) -> tuple[float, float, float]:
+    g = grade(order, judgments, level)
+    return ndcg_at(g, 10) or 0.0, recall_at(g, 20) or 0.0, mrr(g) or 0.0
+
+
+def _means(values: Sequence[tuple[float, float, float]]) -> TuneMetrics:
+    return TuneMetrics(*(math.fsum(v[i] for v in values) / len(values) for i in range(3)))
+
+
+def learn(
+    cases: Sequence[LearningCase],
+    *,
+    fit: Callable[[RankingData], FittedModel],
+    load: Callable[[str], Scorer],
+    current: Callable[[str, Sequence[FeatureInput]], Sequence[float]],
+    current_revision: str,
+    trainer: str,
+    learn_id: str,
+    project_id: str,
+    created_at: str,
+    folds: int = DEFAULT_FOLDS,
+    level: MetricLevel = MetricLevel.RESOURCE,
+    resamples: int = DEFAULT_BOOTSTRAP_RESAMPLES,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[LearnResult, LearnedModel | None]:
+    """Cross-validate a learned ranker against ``current`` (the project's reranker, scoring a
+    window) and train the model on all cases; the result proposes it only when the paired
+    interval of the held-out nDCG@10 gain lies above 0."""
+    t0 = clock()
+    check_folds(folds)
+    judged = [c for c in cases if c.window and grade([], c.judgments, level).relevant > 0]
+    rows = check_rows(judged)
+    groups = len({c.group for c in judged})
+    base: dict[str, Any] = dict(learn_id=learn_id, project_id=project_id, created_at=created_at,
+                                level=level.value, folds=folds, cases=len(judged),
+                                excluded_cases=len(cases) - len(judged), groups=groups, current=current_revision,
+                                trainer=trainer, training_rows=rows)  # fmt: skip
+    needed = max(MIN_CASES_FOR_INTERVAL, folds)
+    if len(judged) < needed or groups < folds:
+        verdict = (f"too few judged cases to cross-validate: {len(judged)} cases in {groups} group(s); "
+                   f"{folds}-fold cross-validation needs at least {needed} cases in {folds} groups")  # fmt: skip
+        return LearnResult(verdict=verdict, seconds=round(clock() - t0, 3), **base), None
+    now = [_graded(reordered(c, current(c.query, c.window)), c.judgments, level) for c in judged]
+    held_out: list[tuple[float, float, float]] = [(0.0, 0.0, 0.0)] * len(judged)
+    for fold in fold_groups([c.group for c in judged], folds):
+        held = set(fold)
+        scorer = load(fit(ranking_data([c for i, c in enumerate(judged) if i not in held], level)).model)
+        for i in fold:
+            case = judged[i]
+            scores = scorer(window_features(case.query, case.window))
+            held_out[i] = _graded(reordered(case, scores), case.judgments, level)
+    learned_ndcg, now_ndcg = [v[0] for v in held_out], [v[0] for v in now]
+    interval = paired_bootstrap(learned_ndcg, now_ndcg, resamples)
+    p_value = paired_randomization_p(learned_ndcg, now_ndcg, resamples)
+    final = fit(ranking_data(judged, level))
+    model = LearnedModel(trainer=trainer, model=final.model, level=level.value)
+    proposed = interval.low > 0
+    said = (f"cross-validated nDCG@10 {interval.mean_diff:+.4f} over the current ranking, 95% interval "
+            f"[{interval.low:+.4f}, {interval.high:+.4f}], p = {p_value:.3f}")  # fmt: skip
+    verdict = f"proposed: {said}" if proposed else f"no proposal: the interval does not lie above 0 ({said})"
+    ranked = sorted(final.importances, key=lambda f: (-f.share, f.feature))[:TOP_IMPORTANCES]
+    result = LearnResult(
+        model_digest=model.digest,
+        current_metrics=_means(now),
+        cross_validated=_means(held_out),
+        gain=interval.mean_diff,
+        gain_low=interval.low,
+        gain_high=interval.high,
+        p_value=p_value,
+        proposed=proposed,
+        verdict=verdict,
+        importances=tuple(ranked),
+        seconds=round(clock() - t0, 3),
+        **base,
+    )
+    return result, model
+
+
+def importances_of(names: Sequence[str], gains: Sequence[float]) -> tuple[FeatureImportance, ...]:
+    """Each feature's share of the total gain (all 0 when the model never split)."""
+    total = math.fsum(gains)
+    return tuple(
+        FeatureImportance(n, round(g / total, 6) if total > 0 else 0.0) for n, g in zip(names, gains, strict=True)
+    )

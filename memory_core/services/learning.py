@@ -1,0 +1,93 @@
+"""``memcore eval learn`` (issue 32, item 2): learn a ranker from a project's judged cases.
+
+As ``eval tune``: only reviewed cases take part unless ``include_unreviewed``; the result is
+kept whole with the model trained on all cases (content-addressed by its SHA-256), and
+``project profile set --from-learn`` puts the model in use only when the guard proposed it.
+Learning reads the cases' frozen traces and judgments and writes neither: a project's judgments
+are never changed by learning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from memory_core.domain.errors import InvalidRequest
+from memory_core.domain.evaluation_errors import EvaluationSetEmpty
+from memory_core.domain.ids import new_id
+from memory_core.evaluation.learning import (
+    FeatureInput,
+    LearnedReranker,
+    LearningCase,
+    LearnResult,
+    RefusedModelFallback,
+    check_rows,
+    learn,
+    learning_case,
+)
+from memory_core.evaluation.metrics import MetricLevel
+from memory_core.evaluation.tuning import DEFAULT_FOLDS, check_folds
+from memory_core.ports import Reranker
+from memory_core.ports.learning import RankLearner
+from memory_core.services.evaluation import EvaluationService
+from memory_core.services.profiles import ProjectProfiles
+
+
+def _replayable(reranker: Reranker) -> Reranker:
+    """The project's reranker, if it scores from what a trace records (a fusion function or a
+    learned model; a cross-encoder reads text the trace does not hold)."""
+    if isinstance(reranker, RefusedModelFallback):
+        return reranker  # the fusion it ranks with now
+    if isinstance(reranker, LearnedReranker) or hasattr(reranker, "score_range"):
+        return reranker
+    raise InvalidRequest(f"learning compares with the project's ranking on its recorded traces; this engine "
+                         f"reranks with {reranker.revision}, which reads text the traces do not hold")  # fmt: skip
+
+
+def learn_project(
+    evaluation: EvaluationService,
+    profiles: ProjectProfiles,
+    learner: RankLearner | None,
+    project_id: str,
+    *,
+    now: Callable[[], str],
+    folds: int = DEFAULT_FOLDS,
+    level: str = MetricLevel.RESOURCE.value,
+    include_unreviewed: bool = False,
+    group_of: Callable[[LearningCase], str] | None = None,
+) -> LearnResult:
+    """Learn ``project_id``'s ranker and keep the result and model (``EvaluationSetEmpty`` when
+    no case may be used). ``group_of``: the unit folds are made of (default: each case)."""
+    levels = {m.value: m for m in MetricLevel}
+    if level not in levels:
+        raise InvalidRequest(f"level must be one of {', '.join(levels)}, got {level!r}", level=level)
+    check_folds(folds)
+    if learner is None:
+        raise InvalidRequest("this engine has no learner (a learning-to-rank library) to learn with")
+    current = _replayable(profiles.ranking_for(project_id).reranker)
+    cases = evaluation.list_cases(project_id)
+    if not cases:
+        raise EvaluationSetEmpty(f"project {project_id!r} has no Evaluation Cases to learn from", project=project_id)
+    usable = cases if include_unreviewed else [c for c in cases if c.reviewed]
+    if not usable:
+        raise EvaluationSetEmpty(
+            f"none of project {project_id!r}'s {len(cases)} cases is reviewed: review them "
+            "(`memcore eval review`) or learn with --include-unreviewed",
+            project=project_id,
+        )
+    inputs = evaluation.case_inputs(usable)
+    learning = [learning_case(i, c.query) for c, i in zip(usable, inputs, strict=True)]
+    if group_of is not None:
+        learning = [attrs.evolve(c, group=group_of(c)) for c in learning]
+    check_rows(learning)  # before any training
+
+    def score_now(query: str, window: Sequence[FeatureInput]) -> Sequence[float]:
+        return current.rerank(query, window)
+
+    result, model = learn(learning, fit=learner.fit, load=learner.load, current=score_now,
+                          current_revision=current.revision, trainer=learner.revision, learn_id=new_id(),
+                          project_id=project_id, created_at=now(), folds=folds, level=levels[level])  # fmt: skip
+    if profiles.store is not None:
+        profiles.store.put_learning(result, model.to_bytes() if model is not None else None)
+    return result

@@ -1,0 +1,149 @@
+"""A learned ranker through the engine (issue 32, item 2), with the real LightGBM adapter over
+in-memory stores: learning keeps its result and model and changes no judgment; a profile naming
+the model ranks with it, and every Run and replay record it; a model that cannot be applied is
+refused with a typed error when set, and at ranking time the profile's fusion ranks instead,
+under a revision that says so."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+
+from memory_core.domain.errors import InvalidRequest
+from memory_core.domain.evaluation_errors import EvaluationSetEmpty, LearnedModelRefused, LearningNotFound
+from memory_core.domain.model import Source
+from memory_core.evaluation.learning import FEATURE_REVISION, LearnedModel
+from memory_core.services.beir_import import EngineWorkspace
+from tests.core.test_project_profiles import QUERIES, engine_with_other, judged_cases
+
+
+def learned(engine: Any) -> Any:
+    """A learning of 'demo' stored as proposed (eight cases are too few for a real gain)."""
+    result = engine.learn_project("demo", folds=2)
+    proposed = attrs.evolve(result, learn_id="01LEARNEDPROPOSAL00000000X", proposed=True)
+    engine.profile_store.put_learning(proposed, None)  # its model is stored already, once
+    return proposed
+
+
+def recorded(engine: Any, run_id: str | None = None) -> str:
+    """The reranker revision Run ``run_id`` (None: the latest) recorded."""
+    run_id = run_id or engine.list_runs(limit=1).runs[0].run_id
+    return str(engine.get_run(run_id).revisions["reranker_model"])
+
+
+def snapshot(engine: Any) -> list[Any]:
+    service = engine.evaluations()
+    return [(c, service.judgments(c.case_id)) for c in service.list_cases("demo")]
+
+
+def test_learning_needs_reviewed_cases_keeps_its_result_and_model_and_changes_no_judgment() -> None:
+    engine = engine_with_other()
+    with pytest.raises(EvaluationSetEmpty, match="no Evaluation Cases"):
+        engine.learn_project("demo")
+    judged_cases(engine, reviewed=False)
+    with pytest.raises(EvaluationSetEmpty, match="--include-unreviewed"):
+        engine.learn_project("demo")
+    with pytest.raises(InvalidRequest, match="folds must be"):
+        engine.learn_project("demo", include_unreviewed=True, folds=1)
+    before = snapshot(engine)
+    result = engine.learn_project("demo", include_unreviewed=True, folds=2)
+    assert snapshot(engine) == before
+    assert result.cases == len(QUERIES) and result.feature_revision == FEATURE_REVISION
+    assert "lightgbm" in result.trainer and result.current.startswith("convex-fusion")
+    assert result.gain_low is not None and result.proposed == (result.gain_low > 0)
+    assert result.verdict.startswith("proposed:" if result.proposed else "no proposal")
+    assert engine.learnings("demo") == [result]
+    stored = engine.profile_store.learned_model("demo", result.model_digest)
+    assert LearnedModel(trainer=result.trainer, model="x").feature_names == attrs.fields_dict(LearnedModel)[
+        "feature_names"].default and stored is not None  # fmt: skip
+    again = engine.learn_project("demo", include_unreviewed=True, folds=2)
+    assert again.model_digest == result.model_digest  # deterministic: the same model, stored once
+    if not result.proposed:
+        with pytest.raises(InvalidRequest, match="proposed nothing"):
+            engine.set_profile_from_learning("demo", result.learn_id)
+    with pytest.raises(LearningNotFound):
+        engine.set_profile_from_learning("demo", "01NOSUCHLEARNING0000000000")
+
+
+def test_a_profile_with_a_learned_model_ranks_with_it_and_every_run_and_replay_records_it() -> None:
+    engine = engine_with_other()
+    judged_cases(engine, reviewed=True)
+    proposal = learned(engine)
+    with pytest.raises(InvalidRequest, match="measured on project 'demo'"):
+        engine.set_profile_from_learning("other", proposal.learn_id)
+    view = engine.set_profile_from_learning("demo", proposal.learn_id)
+    assert view.in_use is not None and view.in_use.source == f"learn:{proposal.learn_id}"
+    assert view.in_use.settings["learned_model"] == proposal.model_digest
+    assert view.reranker == f"learned-ranker(model={proposal.model_digest[:12]},features={FEATURE_REVISION})"
+    activation = engine.activate("demo", QUERIES[0])
+    assert activation.response.revisions["reranker_model"] == view.reranker
+    assert recorded(engine, activation.response.run_id) == view.reranker
+    window = [c for c in activation.candidates if c.rerank_rank is not None]
+    assert window and all(0.0 <= c.final_score <= 1.0 for c in window)
+    assert engine.activate("other", QUERIES[0]).response.revisions["reranker_model"].startswith("convex-fusion")
+
+    def write_source(project_id: str, files: Any) -> Source:
+        for rel, data in files.items():
+            engine.indexer.scanner.write(f"/ws/{project_id}", rel, data)
+        return Source(f"/ws/{project_id}")
+
+    workspace = EngineWorkspace(engine, write_source)
+    workspace.prepare("ws", {"a.md": b"# Deploy\n\nRoll back with helm rollback.\n"})
+    workspace.rank("ws", QUERIES[0], ranked_as="demo")
+    assert recorded(engine) == view.reranker
+    restored = engine.restore_project_profile("demo", 0)
+    assert restored.reranker.startswith("convex-fusion")
+    assert engine.restore_project_profile("demo", view.in_use.version).reranker == view.reranker
+
+
+def test_a_corrupt_model_is_refused_when_set_and_at_ranking_the_fusion_ranks_and_the_run_says_why() -> None:
+    engine = engine_with_other()
+    judged_cases(engine, reviewed=True)
+    proposal = learned(engine)
+    view = engine.set_profile_from_learning("demo", proposal.learn_id)
+    digest = proposal.model_digest
+    engine.profile_store._models[("demo", digest)] = b'{"format": "memory-core-learned-ranker", "mod'  # bit rot
+    with pytest.raises(LearnedModelRefused) as caught:
+        engine.set_project_profile("demo", dict(view.in_use.settings))
+    assert caught.value.code == "learned_model_refused" and caught.value.details["reason"] == "digest_mismatch"
+    assert len(engine.project_profile("demo").history) == 1  # nothing stored
+    engine._profiles._parsed.clear()  # as a process started after the damage reads it
+    mine = engine.activate("demo", QUERIES[1]).response
+    theirs = engine.activate("other", QUERIES[1]).response
+    default = theirs.revisions["reranker_model"]
+    assert mine.revisions["reranker_model"] == f"{default}+learned-model-refused({digest[:12]},digest_mismatch)"
+    assert recorded(engine, mine.run_id) == mine.revisions["reranker_model"]
+    assert [f.unit_id for f in mine.fragments] == [f.unit_id for f in theirs.fragments]  # the fusion, unmixed
+
+
+def test_a_model_of_another_feature_revision_is_refused_typed_and_never_applied() -> None:
+    engine = engine_with_other()
+    judged_cases(engine, reviewed=True)
+    result = engine.learn_project("demo", folds=2)
+    old = LearnedModel(trainer=result.trainer, model="tree", feature_revision="ltr-features-v0")
+    foreign = attrs.evolve(result, learn_id="01FOREIGNREVISION000000000", model_digest=old.digest, proposed=True)
+    engine.profile_store.put_learning(foreign, old.to_bytes())
+    with pytest.raises(LearnedModelRefused, match="trained on features 'ltr-features-v0'") as caught:
+        engine.set_profile_from_learning("demo", foreign.learn_id)
+    assert caught.value.details["reason"] == "feature_revision"
+    assert engine.project_profile("demo").history == ()
+    # Stored by an engine of that revision: this one ranks with the fusion and says why.
+    engine.profile_store.add_profile("demo", {"name": "old", "learned_model": old.digest}, "file")
+    response = engine.activate("demo", QUERIES[2]).response
+    assert response.revisions["reranker_model"].endswith(f"+learned-model-refused({old.digest[:12]},feature_revision)")
+    assert response.fragments
+
+
+@pytest.mark.parametrize("value", ["abc", "A" * 64, 7, None])
+def test_a_learned_model_setting_must_be_a_digest(value: Any) -> None:
+    engine = engine_with_other()
+    with pytest.raises(InvalidRequest, match="learned_model must be a model's SHA-256"):
+        engine.set_project_profile("demo", {"learned_model": value})
+
+
+def test_a_missing_model_is_refused_when_set() -> None:
+    engine = engine_with_other()
+    with pytest.raises(LearnedModelRefused, match="has no learned model"):
+        engine.set_project_profile("demo", {"learned_model": "0" * 64})
