@@ -268,6 +268,7 @@ HANDLERS: dict[tuple[str, str | None], Callable[[Engine, argparse.Namespace], in
     ("project", "storage"): project_storage,
     ("project", "profile"): lambda engine, args: _profiles().project_profile(engine, args),
     ("eval", "tune"): lambda engine, args: _profiles().tune(engine, args),
+    ("eval", "learn"): lambda engine, args: _profiles().learn(engine, args),
     ("index", None): index,
     ("activate", None): activate,
     ("runs", "list"): runs_list,

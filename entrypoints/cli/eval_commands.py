@@ -24,6 +24,7 @@ def add_parser(sub: Any) -> None:
     from memory_core.entrypoints.cli import profile_commands
 
     profile_commands.add_tune_parser(ev)
+    profile_commands.add_learn_parser(ev)
     case = ev.add_parser("case", help="Evaluation Cases: create from a Run, list, show").add_subparsers(
         dest="case_action", required=True, help="what to do with cases"
     )

@@ -1,5 +1,6 @@
-"""``memcore project profile show|set|restore`` and ``memcore eval tune`` (issue 18): a project's
-own ranking settings, and the cross-validated tuning that may propose them."""
+"""``memcore project profile show|set|restore``, ``memcore eval tune`` (issue 18) and ``memcore eval
+learn`` (issue 32): a project's own ranking settings, and the cross-validated tuning and learned
+ranker that may propose them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from memory_core.domain.errors import InvalidRequest
 from memory_core.entrypoints.cli import render, wire
 from memory_core.entrypoints.cli.common import emit_json, hint, read_json
+from memory_core.evaluation.learning import LearnResult
 from memory_core.evaluation.tuning import DEFAULT_FOLDS, GRID_KEYS, TuneResult
 from memory_core.services.engine import Engine
 from memory_core.services.profiles import ProfileView
@@ -28,6 +30,7 @@ def add_project_parser(project: Any) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--file", metavar="F", help='a JSON object such as {"rrf_k": 30, "alpha": 0.5} (- for stdin)')
     source.add_argument("--from-tune", metavar="ID", help="apply the proposal of `memcore eval tune` ID")
+    source.add_argument("--from-learn", metavar="ID", help="rank with the model `memcore eval learn` ID proposed")
     p.add_argument("--json", action="store_true")
     p = profile.add_parser("restore", help="put an earlier version back in use (kept as a new version)")
     p.add_argument("name", help="the project's id")
@@ -85,6 +88,8 @@ def project_profile(engine: Engine, args: argparse.Namespace) -> int:
     if args.profile_action == "set":
         if args.from_tune:
             view = engine.set_project_profile(args.name, from_tune=args.from_tune)
+        elif args.from_learn:
+            view = engine.set_profile_from_learning(args.name, args.from_learn)
         else:
             view = engine.set_project_profile(args.name, read_json(args.file, "profile file", document=True))
     elif args.profile_action == "restore":
@@ -129,4 +134,49 @@ def tune(engine: Engine, args: argparse.Namespace) -> int:
         emit_json(wire.to_json(result))
         return 0
     render.console().print("\n".join(_tune_lines(result, args.home)), markup=False)
+    return 0
+
+
+def add_learn_parser(ev: Any) -> None:
+    """``eval learn`` under ``memcore eval``."""
+    p = ev.add_parser("learn", help="learn a ranker from the project's judged cases (LightGBM lambdarank, "
+                                    "cross-validated)")  # fmt: skip
+    p.add_argument("project", help="the project's id")
+    p.add_argument("--folds", type=int, default=DEFAULT_FOLDS, help=f"cross-validation folds (default {DEFAULT_FOLDS})")
+    p.add_argument("--level", choices=("unit", "resource"), default="resource", help="grading level (default resource)")
+    p.add_argument("--include-unreviewed", action="store_true", help="learn from unreviewed cases too")
+    p.add_argument("--json", action="store_true")
+
+
+def _learn_lines(result: LearnResult, home: str | None) -> list[str]:
+    lines = [f"learning {result.learn_id} of project {result.project_id}: {result.cases} judged cases "
+             f"({result.excluded_cases} without a relevant item or window left out) in {result.groups} groups, "
+             f"{result.training_rows:,} window units, {result.folds}-fold cross-validation at {result.level} level, "
+             f"{result.seconds:.1f} s",
+             f"  against {result.current}; features {result.feature_revision}; {result.trainer}"]  # fmt: skip
+    if result.current_metrics is not None and result.cross_validated is not None:
+        now, cv = result.current_metrics, result.cross_validated
+        lines += [
+            f"  current          nDCG@10 {now.ndcg_at_10:.4f}  Recall@20 {now.recall_at_20:.4f}  MRR {now.mrr:.4f}",
+            f"  learned (held out) nDCG@10 {cv.ndcg_at_10:.4f}  Recall@20 {cv.recall_at_20:.4f}  MRR {cv.mrr:.4f}",
+        ]
+    lines.append(result.verdict)
+    if result.importances:
+        lines.append("most important features (share of split gain): "
+                     + ", ".join(f"{f.feature} {f.share:.2f}" for f in result.importances[:5]))  # fmt: skip
+    if result.model_digest is not None:
+        lines.append(f"model {result.model_digest} (kept; applied only when proposed)")
+    if result.proposed:
+        lines.append(hint(f"apply it: memcore project profile set {result.project_id} --from-learn {result.learn_id}",
+                          home))  # fmt: skip
+    return lines
+
+
+def learn(engine: Engine, args: argparse.Namespace) -> int:
+    result = engine.learn_project(args.project, folds=args.folds, level=args.level,
+                                  include_unreviewed=args.include_unreviewed)  # fmt: skip
+    if args.json:
+        emit_json(wire.to_json(result))
+        return 0
+    render.console().print("\n".join(_learn_lines(result, args.home)), markup=False)
     return 0
