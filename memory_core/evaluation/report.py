@@ -38,23 +38,9 @@ from typing import Any
 
 import attrs
 
-from memory_core.evaluation.metrics import (
-    Judgments,
-    MetricLevel,
-    RankedItem,
-    ReturnedFragment,
-    changed_unit_reuse,
-    grade,
-    mrr,
-    ndcg_at,
-    recall_at,
-    relevant_per_1k_tokens,
-    resource_diversity_at,
-    resource_ranking,
-    scope_violation_at,
-    stale_result_at,
-    wasted_tokens,
-)
+from memory_core.evaluation import metric_registry as registry
+from memory_core.evaluation.metric_registry import JUDGED, RANKING, RETURNED, MetricInput
+from memory_core.evaluation.metrics import Judgments, MetricLevel, RankedItem, ReturnedFragment, grade, resource_ranking
 from memory_core.evaluation.statistics import (
     DEFAULT_BOOTSTRAP_RESAMPLES,
     paired_bootstrap,
@@ -89,13 +75,14 @@ BASELINE = VARIANTS[3]
 VARIANT_NAMES = tuple(v.name for v in VARIANTS)
 LEVELS = (MetricLevel.UNIT, MetricLevel.RESOURCE)
 
-RECALL, NDCG, MRR = "recall@20", "ndcg@10", "mrr"
-DIVERSITY, SCOPE, STALE = "resource_diversity@10", "scope_violation@20", "stale_result@20"
-METRICS = (RECALL, NDCG, MRR, DIVERSITY, SCOPE, STALE)
-JUDGED_METRICS = (RECALL, NDCG, MRR)
-WASTED, DENSITY, CHANGED_REUSE = "wasted_tokens", "relevant_per_1k_tokens", "changed_unit_reuse"
+# The metrics, from the registry (evaluation/metric_registry.py); the names stay importable here.
+RECALL, NDCG, MRR = registry.RECALL.name, registry.NDCG.name, registry.MRR.name
+DIVERSITY, SCOPE, STALE = registry.DIVERSITY.name, registry.SCOPE.name, registry.STALE.name
+METRICS = tuple(m.name for m in registry.of_kind(JUDGED, RANKING))
+JUDGED_METRICS = tuple(m.name for m in registry.of_kind(JUDGED))
+WASTED, DENSITY, CHANGED_REUSE = registry.WASTED.name, registry.DENSITY.name, registry.CHANGED_REUSE.name
 # Of what the source Run returned, so of B4 alone (the selection walks the final order).
-RETURNED_METRICS = (WASTED, DENSITY, CHANGED_REUSE)
+RETURNED_METRICS = tuple(m.name for m in registry.of_kind(RETURNED))
 
 NEVER_RETRIEVED = "never_retrieved"
 LOST_IN_FUSION = "lost_in_fusion"
@@ -113,13 +100,9 @@ METRIC_CONVENTIONS: dict[str, Any] = {
         "resource": "first unit of each resource; relevance = max(resource judgment, its units' judgments)",
     },
     "unjudged_relevance": 0,
-    "recall@20": "relevant items earned in the top 20 / all relevant items",
-    "ndcg@10": "linear gain = relevance, discount log2(rank + 1), ideal from all judged items",
-    "mrr": "1 / rank of the first item earning relevance >= 1, 0 if none",
+    **{m.name: m.definition for m in registry.of_kind(JUDGED)},
     "cases_without_relevant_items": "excluded from recall, nDCG and MRR means, and counted",
-    "resource_diversity@10": "distinct resources in the top 10 / items in the top 10",
-    "scope_violation@20": "share of the top 20 whose resource is absent from the frozen corpus",
-    "stale_result@20": "share of the top 20 whose resource is in the corpus under a different recorded hash",
+    **{m.name: m.definition for m in registry.of_kind(RANKING)},
     "variants": {v.name: {"label": v.label, "rank": v.rank_field, "stages": list(v.stages)} for v in VARIANTS},
     "absent_rank": "a candidate without a rank in a variant's stage is absent from that variant",
     "latency": "warm Runs only; nearest-rank p50 and p95 in ms; a variant sums the stages it needs",
@@ -136,12 +119,7 @@ METRIC_CONVENTIONS: dict[str, Any] = {
     "returned": {
         "variant": BASELINE.name,
         "fragments": "the source Run's selected fragments in final order; a reuse carries no text and returns 0 tokens",
-        WASTED: "tokens returned on units judged 0 (own judgment, else its resource's; resource level: the "
-        "resource's relevance); null without any judgment",
-        DENSITY: "1000 * relevant items earned by the fragments that carried text / their tokens; null without "
-        "relevant items or returned tokens",
-        CHANGED_REUSE: "reuse decisions whose resource the frozen corpus lacks or holds under another hash than "
-        "the candidate recorded",
+        **{m.name: m.definition for m in registry.of_kind(RETURNED)},
     },
 }
 
@@ -171,17 +149,10 @@ def variant_ranking(candidates: Iterable[CandidateRecord], variant: Variant) -> 
 def ranking_metrics(
     ranking: Sequence[RankedItem], judgments: Judgments, corpus_hashes: Mapping[str, str], level: MetricLevel
 ) -> dict[str, float | None]:
-    """The six metrics of one ranking at one level."""
-    graded = grade(ranking, judgments, level)
+    """The registered judged and ranking metrics of one ranking at one level."""
     items = list(ranking) if level is MetricLevel.UNIT else resource_ranking(ranking)
-    return {
-        RECALL: recall_at(graded, 20),
-        NDCG: ndcg_at(graded, 10),
-        MRR: mrr(graded),
-        DIVERSITY: resource_diversity_at(items, 10),
-        SCOPE: scope_violation_at(items, corpus_hashes, 20),
-        STALE: stale_result_at(items, corpus_hashes, 20),
-    }
+    value = MetricInput(grade(ranking, judgments, level), items, corpus_hashes, judgments, level)
+    return {m.name: m.compute(value) for m in registry.of_kind(JUDGED, RANKING)}
 
 
 CaseMetrics = dict[str, dict[str, dict[str, float | None]]]  # level -> variant -> metric -> value
@@ -198,12 +169,8 @@ def returned_fragments(candidates: Iterable[CandidateRecord]) -> list[ReturnedFr
 
 def returned_metrics(case: CaseInput, level: MetricLevel) -> dict[str, float | None]:
     """The RETURNED_METRICS of one case at one level."""
-    fragments = returned_fragments(case.candidates)
-    return {
-        WASTED: wasted_tokens(fragments, case.judgments, level),
-        DENSITY: relevant_per_1k_tokens(fragments, case.judgments, level),
-        CHANGED_REUSE: changed_unit_reuse(fragments, case.corpus_hashes),
-    }
+    value = MetricInput(None, (), case.corpus_hashes, case.judgments, level, returned_fragments(case.candidates))
+    return {m.name: m.compute(value) for m in registry.of_kind(RETURNED)}
 
 
 def case_metrics(case: CaseInput) -> CaseMetrics:
