@@ -112,16 +112,23 @@ def _status(home: str | None, *, as_json: bool) -> int:
         return 0
     with client:
         st = client.runtime_status()
+        running = [job for job in client.list_jobs().jobs if job.state == "running"]
     if as_json:
+        from memory_core.domain.canonical import plain
+
         print(json.dumps({
             "running": True, "home": st.home, "pid": st.pid, "socket": st.socket, "version": st.version,
             "started_at": st.started_at, "uptime_seconds": st.uptime_seconds, "on_demand": st.on_demand,
-            "idle_exit_seconds": st.idle_exit_seconds, "watching": st.watching,
+            "idle_exit_seconds": st.idle_exit_seconds, "watching": st.watching, "jobs": plain(tuple(running)),
         }, indent=2))  # fmt: skip
         return 0
     print(f"daemon: running for {st.home!r}, pid {st.pid}, up {st.uptime_seconds:.0f} s (since {st.started_at})")
     print(f"lifetime: {lifetime(st.on_demand, st.idle_exit_seconds)}")
     print(f"socket: {st.socket}; watching sources: {'yes' if st.watching else 'no'}")
+    for job in running:  # what runs beside activations (list_jobs); cancel_job stops the cancellable
+        since = f" since {job.started_at}" if job.started_at else ""
+        at = f", {job.progress}" if job.progress else ""
+        print(f"job: {job.operation} {job.project_id or ''}{since}{at} (id {job.job_id})".replace("  ", " "))
     return 0
 
 

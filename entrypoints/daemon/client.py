@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from memory_core.domain.errors import MemoryCoreError
+from memory_core.domain.jobs import JobInfo
 from memory_core.domain.model import Source
 from memory_core.entrypoints.daemon import api, dispatch, paths
 from memory_core.evaluation.cases import Case, Judgment, JudgmentSet, parse_judgments
@@ -173,6 +174,8 @@ class DaemonClient:
     set_project_profile = Remote(api.SetProjectProfileRequest, ProfileView)
     restore_project_profile = Remote(api.RestoreProjectProfileRequest, ProfileView)
     tune_project = Remote(api.TuneProjectRequest, TuneResult)
+    list_jobs = Remote(api.ListJobsRequest, api.JobList)
+    cancel_job = Remote(api.CancelJobRequest, JobInfo)
 
     def list_tunings(self, project_id: str) -> list[TuneResult]:
         return list(self.call("list_tunings", api.ListTuningsRequest(project_id)).tunings)

@@ -7,6 +7,7 @@ in flight" is a fact the test sees in /proc, not a race against the clock."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import signal
 import threading
@@ -19,6 +20,7 @@ import pytest
 from memory_core.domain import errors as err
 from memory_core.domain.evaluation_errors import EvaluationSetEmpty, InvalidFixture
 from memory_core.domain.model import Source
+from memory_core.entrypoints.daemon import cli as daemon_cli
 from memory_core.entrypoints.daemon import jobs
 from tests.daemon.process import alive
 from tests.daemon.test_server import Daemon, memory_folder
@@ -163,7 +165,9 @@ def test_a_domain_error_pickles_whole(error: err.MemoryCoreError) -> None:
 
 
 @pytest.mark.slow
-def test_a_running_job_is_listed_and_cancel_job_stops_it_keeping_nothing(tmp_path: Path) -> None:
+def test_a_running_job_is_listed_and_cancel_job_stops_it_keeping_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Issue 31, item 2: a job has an id, shows in list_jobs while it runs, and cancel_job stops
     it: its caller gets job_interrupted (reason cancelled), it stays listed as cancelled, and the
     daemon serves on with nothing of the job kept."""
@@ -181,6 +185,8 @@ def test_a_running_job_is_listed_and_cancel_job_stops_it_keeping_nothing(tmp_pat
         (running,) = client.list_jobs().jobs
         assert (running.operation, running.project_id, running.state) == ("move_project_storage", "ledger", "running")
         assert running.cancellable and running.ended_at is None and running.started_at
+        assert daemon_cli._status(str(tmp_path / "home"), as_json=True) == 0  # memcore status names it
+        assert [job["job_id"] for job in json.loads(capsys.readouterr().out)["jobs"]] == [running.job_id]
 
         cancelled = client.cancel_job(running.job_id)
         assert cancelled.job_id == running.job_id
