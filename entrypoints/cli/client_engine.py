@@ -25,6 +25,7 @@ from memory_core.domain.progress import Progress
 from memory_core.entrypoints.daemon import api
 from memory_core.entrypoints.daemon.client import DaemonClient
 from memory_core.evaluation.cases import CaseDetail, JudgmentSet
+from memory_core.evaluation.learning import LearnResult
 from memory_core.evaluation.tuning import TuneResult
 from memory_core.retrieval.activation_state import ActivationState
 from memory_core.runs.records import ClearReport
@@ -101,6 +102,14 @@ class ClientEngine:
 
     def tune_project(self, name: str, **options: Any) -> TuneResult:
         return self.client.tune_project(name, **options)
+
+    learnings = forward(DaemonClient.list_learnings)
+
+    def learn_project(self, name: str, **options: Any) -> LearnResult:
+        return self.client.learn_project(name, **options)
+
+    def set_profile_from_learning(self, name: str, learn_id: str) -> ProfileView:
+        return self.client.set_profile_from_learning(name, learn_id)
     clear_project_storage = forward(DaemonClient.clear_project_storage)
 
     def move_project_storage(self, name: str, destination: str | os.PathLike[str]) -> ProjectStorage:

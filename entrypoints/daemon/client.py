@@ -18,6 +18,7 @@ from memory_core.domain.model import Source
 from memory_core.entrypoints.daemon import api, dispatch, paths
 from memory_core.evaluation.cases import Case, Judgment, JudgmentSet, parse_judgments
 from memory_core.evaluation.fixture import ImportResult, parse_document
+from memory_core.evaluation.learning import LearnResult
 from memory_core.evaluation.tuning import TuneResult
 from memory_core.runs.records import ClearReport, RunDetail, RunFilter, RunPage
 from memory_core.services.activation import ActivationResponse
@@ -179,6 +180,12 @@ class DaemonClient:
 
     def list_tunings(self, project_id: str) -> list[TuneResult]:
         return list(self.call("list_tunings", api.ListTuningsRequest(project_id)).tunings)
+
+    learn_project = Remote(api.LearnProjectRequest, LearnResult)
+    set_profile_from_learning = Remote(api.SetProfileFromLearningRequest, ProfileView)
+
+    def list_learnings(self, project_id: str) -> list[LearnResult]:
+        return list(self.call("list_learnings", api.ListLearningsRequest(project_id)).learnings)
 
     def add_project(self, project_id: str, sources: Sequence[Source]) -> ProjectInfo:
         return self.call("add_project", api.AddProjectRequest(project_id, tuple(sources)))  # type: ignore[no-any-return]

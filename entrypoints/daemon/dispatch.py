@@ -31,6 +31,8 @@ from memory_core.domain.evaluation_errors import (
     FixtureHashMismatch,
     InvalidFixture,
     InvalidJudgments,
+    LearnedModelRefused,
+    LearningNotFound,
     TuningNotFound,
 )
 from memory_core.domain.jobs import RUNNING, JobInfo
@@ -39,6 +41,7 @@ from memory_core.entrypoints.daemon import api
 from memory_core.entrypoints.daemon.jobs import JobBoard, JobRunner
 from memory_core.evaluation.cases import Case, JudgmentSet
 from memory_core.evaluation.fixture import ImportResult
+from memory_core.evaluation.learning import LearnResult
 from memory_core.evaluation.tuning import TuneResult
 from memory_core.runs.records import ClearReport, RunDetail, RunFilter, RunPage
 from memory_core.services.activation import ActivationResponse
@@ -344,6 +347,19 @@ def list_tunings(ctx: Context, req: api.ListTuningsRequest) -> api.TuningList:
     return api.TuningList(tuple(ctx.engine.tunings(req.project_id)))
 
 
+def learn_project(ctx: Context, req: api.LearnProjectRequest) -> LearnResult:
+    return ctx.run_job(Engine.learn_project, req.project_id, folds=req.folds, level=req.level,
+                       include_unreviewed=req.include_unreviewed)  # fmt: skip
+
+
+def list_learnings(ctx: Context, req: api.ListLearningsRequest) -> api.LearningList:
+    return api.LearningList(tuple(ctx.engine.learnings(req.project_id)))
+
+
+def set_profile_from_learning(ctx: Context, req: api.SetProfileFromLearningRequest) -> ProfileView:
+    return ctx.engine.set_profile_from_learning(req.project_id, req.learn_id)
+
+
 # -- jobs ---------------------------------------------------------------------------------------
 INDEX_JOB = "index:"  # a re-index on the watcher's worker is listed as the job "index:<project>"
 
@@ -468,6 +484,19 @@ METHODS: tuple[Method, ...] = (
            "kept. A re-index cannot be cancelled.", (err.JobNotFound, err.InvalidRequest), uses_engine=False),
     Method("list_tunings", READ, api.ListTuningsRequest, api.TuningList, list_tunings,
            "A project's tunings, newest first.", (err.ProjectNotFound,)),
+    Method("learn_project", WRITE | UI | JOB, api.LearnProjectRequest, LearnResult, learn_project,
+           "Learn a ranker (LightGBM lambdarank) from the project's judged (by default reviewed) cases' stored "
+           "traces, k-fold cross-validated against its ranking now; proposed only when the paired 95% interval of "
+           "the nDCG@10 gain lies above 0. The model is kept by its SHA-256. Runs as a job, beside activations.",
+           (err.ProjectNotFound, EvaluationSetEmpty, err.InvalidRequest, err.JobInterrupted), uses_engine=False),
+    Method("list_learnings", READ | UI, api.ListLearningsRequest, api.LearningList, list_learnings,
+           "A project's learnings, newest first: cross-validated gain, verdict, most important features.",
+           (err.ProjectNotFound,)),
+    Method("set_profile_from_learning", WRITE, api.SetProfileFromLearningRequest, ProfileView,
+           set_profile_from_learning,
+           "Rank a project with the model a learning proposed (a new profile version); refused when it proposed "
+           "nothing, and learned_model_refused when the model cannot be applied.",
+           (err.ProjectNotFound, err.InvalidRequest, LearningNotFound, LearnedModelRefused)),
 )
 
 TABLE: dict[str, Method] = {m.name: m for m in METHODS}

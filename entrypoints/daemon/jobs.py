@@ -43,8 +43,9 @@ from memory_core.domain.jobs import CANCELLED, FAILED, RUNNING, SUCCEEDED, JobIn
 log = logging.getLogger("memory_core.daemon")
 
 # The Engine methods a job may run: the operations that take long and need no model.
-OPERATIONS = frozenset({"tune_project", "import_evaluation_set", "move_project_storage"})
-PROJECT_OPERATIONS = frozenset({"tune_project", "move_project_storage"})  # their first argument is a project
+OPERATIONS = frozenset({"tune_project", "learn_project", "import_evaluation_set", "move_project_storage"})
+# Their first argument is a project.
+PROJECT_OPERATIONS = frozenset({"tune_project", "learn_project", "move_project_storage"})
 ENDED_KEPT = 20  # ended jobs list_jobs still shows
 CANCEL_GRACE_S = 3.0  # SIGTERM lets the job clean up; SIGKILL after this
 JOB_NICENESS = 10  # activations come first on a machine with few cores

@@ -386,6 +386,29 @@ class ListTuningsRequest:
     project_id: str
 
 
+@attrs.frozen(field_transformer=bounded)
+class LearnProjectRequest:
+    """Learn a ranker from the project's judged cases, cross-validated (docs/evaluation.md)."""
+
+    project_id: str
+    folds: int = attrs.field(default=DEFAULT_FOLDS, metadata={"schema": {"minimum": 2, "maximum": MAX_FOLDS}})
+    level: str = attrs.field(default="resource", metadata={"schema": {"enum": ["unit", "resource"]}})
+    include_unreviewed: bool = False
+
+
+@attrs.frozen(field_transformer=bounded)
+class ListLearningsRequest:
+    project_id: str
+
+
+@attrs.frozen(field_transformer=bounded)
+class SetProfileFromLearningRequest:
+    """Put the model a learning proposed in use (a new profile version)."""
+
+    project_id: str
+    learn_id: str
+
+
 # -- jobs (issue 31) ------------------------------------------------------------------------------
 @attrs.frozen(field_transformer=bounded)
 class ListJobsRequest:

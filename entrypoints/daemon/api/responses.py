@@ -9,6 +9,7 @@ import attrs
 from memory_core.domain.jobs import JobInfo
 from memory_core.entrypoints.bootstrap import ProjectHealth
 from memory_core.evaluation.cases import Case, Corpus, JudgmentSet, SourceTrace
+from memory_core.evaluation.learning import LearnResult
 from memory_core.evaluation.passages import CandidatePassage
 from memory_core.evaluation.report import (
     REPORT_VERSION,
@@ -121,6 +122,13 @@ class TuningList:
     """A project's tunings, newest first."""
 
     tunings: tuple[TuneResult, ...]
+
+
+@attrs.frozen
+class LearningList:
+    """A project's learnings (`memcore eval learn`), newest first."""
+
+    learnings: tuple[LearnResult, ...]
 
 
 @attrs.frozen
