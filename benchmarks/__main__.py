@@ -23,6 +23,7 @@ MODULES = [
     "dev_collections",
     "evaluation_scale",
     "tuning",
+    "learning",
 ]
 
 HEADER = """# Performance
