@@ -492,7 +492,7 @@ METHODS: tuple[Method, ...] = (
     Method("list_learnings", READ | UI, api.ListLearningsRequest, api.LearningList, list_learnings,
            "A project's learnings, newest first: cross-validated gain, verdict, most important features.",
            (err.ProjectNotFound,)),
-    Method("set_profile_from_learning", WRITE, api.SetProfileFromLearningRequest, ProfileView,
+    Method("set_profile_from_learning", WRITE | UI, api.SetProfileFromLearningRequest, ProfileView,
            set_profile_from_learning,
            "Rank a project with the model a learning proposed (a new profile version); refused when it proposed "
            "nothing, and learned_model_refused when the model cannot be applied.",

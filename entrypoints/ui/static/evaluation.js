@@ -2,6 +2,7 @@
 // evidence), Export and Import.
 
 import { groupedBars, hbars, intervals } from "./charts.js";
+import { learningPanel } from "./learning.js";
 import { tuningPanel } from "./tuning.js";
 import {
   ApiError, call, callText, clear, download, fill, errorBox, fmtMs, fmtNum, fmtTime, h, link, say, table,
@@ -225,5 +226,6 @@ export async function evaluationPage(main) {
     h("div", { class: "row spread" }, h("h1", null, "Evaluation"),
       h("div", { class: "row" }, h("label", { for: "eval-project", class: "inline" }, "Project", projectSelect),
         exportButton, h("label", { for: "import-file", class: "button secondary" }, "Import fixture…", fileInput))),
-    casesPanel(cases), reportBox, project ? await tuningPanel(project) : null);
+    casesPanel(cases), reportBox, project ? await tuningPanel(project) : null,
+    project ? await learningPanel(project) : null);
 }
