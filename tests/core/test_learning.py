@@ -315,3 +315,53 @@ def _same(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> bool:
         len(x) == len(y) and all((math.isnan(u) and math.isnan(v)) or u == v for u, v in zip(x, y, strict=True))
         for x, y in zip(a, b, strict=True)
     )
+
+
+@st.composite
+def judged_cases(draw: st.DrawFn) -> list[LearningCase]:
+    """Cases of random windows, each with at least one relevant resource among its units."""
+    cases = []
+    for n in range(draw(st.integers(0, 14))):
+        window = tuple(
+            attrs.evolve(c, unit_id=f"{c.resource_id}#{i}")
+            for i, c in enumerate(draw(st.lists(feature_inputs(), min_size=1, max_size=8)))
+        )
+        relevant = {c.resource_id: draw(st.integers(1, 3)) for c in window if draw(st.booleans())}
+        relevant = relevant or {window[0].resource_id: 1}
+        group = draw(st.sampled_from(["g1", "g2", "g3", f"own{n}"]))
+        cases.append(LearningCase(f"c{n:02d}", group, "wing lift", window, (), Judgments.of(resources=relevant)))
+    return cases
+
+
+@given(judged_cases(), st.integers(2, 5))
+@settings(max_examples=60, deadline=None)
+def test_a_model_that_ranks_as_the_current_ranking_gains_nothing_and_is_never_proposed(
+    cases: list[LearningCase], folds: int
+) -> None:
+    position = FEATURE_NAMES.index("window_position")
+
+    def fit(data: RankingData) -> FittedModel:
+        return FittedModel("fused", importances_of(FEATURE_NAMES, [0.0] * len(FEATURE_NAMES)))
+
+    result, model = learn(
+        cases,
+        fit=fit,
+        load=lambda _: lambda rows: [-r[position] for r in rows],
+        current=_current,
+        current_revision="fused",
+        trainer="t",
+        learn_id="L",
+        project_id="p",
+        created_at="now",
+        folds=folds,
+        resamples=100,
+    )
+    assert not result.proposed and result.cases == len(cases) and result.excluded_cases == 0
+    if model is None:
+        assert result.verdict.startswith("too few judged cases") and result.gain is None
+    else:
+        assert result.gain == 0.0 and result.gain_low == 0.0 and result.gain_high == 0.0
+        assert result.cross_validated == result.current_metrics and result.verdict.startswith("no proposal")
+        assert result.groups == len({c.group for c in cases}) >= folds and result.training_rows == sum(
+            len(c.window) for c in cases
+        )
