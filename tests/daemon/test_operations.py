@@ -75,3 +75,13 @@ def test_the_allow_lists_are_the_tables() -> None:
     jobs = dispatch.names(dispatch.JOB)
     assert {"tune_project", "import_evaluation_set", "move_project_storage", "index_project"} <= jobs
     assert not dispatch.names(dispatch.WRITE) & {"list_projects", "get_retrieval_run", "runtime_status"}
+
+
+def test_the_jobs_a_child_runs_are_the_tables_jobs() -> None:
+    """A ``JOB`` runs beside activations: in a child process (``jobs.OPERATIONS``), except an
+    index, which runs on the watcher's worker."""
+    from memory_core.entrypoints.daemon import jobs
+
+    assert jobs.OPERATIONS == dispatch.names(dispatch.JOB) - {"index_project"}
+    for name in jobs.OPERATIONS:
+        assert dispatch.TABLE[name].uses_engine is False, f"{name} must not hold the engine lock while it runs"
