@@ -69,6 +69,25 @@ def _figures(result: Any) -> dict[str, Any]:
     }
 
 
+def _rerank_ms(engine: Any, name: str, digest: str) -> dict[str, float]:
+    """What the learned model adds to an activation: ``LearnedReranker.rerank`` (the window's
+    features and the model's scores) over every case's recorded window, p50 and p95 in ms."""
+    from memory_core.evaluation.learning import FeatureInput, learning_case
+    from memory_core.evaluation.statistics import percentile_nearest_rank
+
+    reranker = engine._profiles.load_model(name, digest)
+    service = engine.evaluations()
+    cases = service.list_cases(name)
+    times = []
+    for case, trace in zip(cases, service.case_inputs(cases), strict=True):
+        window: list[FeatureInput] = list(learning_case(trace, case.query).window)
+        t0 = time.perf_counter()
+        reranker.rerank(case.query, window)
+        times.append((time.perf_counter() - t0) * 1000)
+    return {"p50": round(percentile_nearest_rank(times, 50) or 0.0, 3),
+            "p95": round(percentile_nearest_rank(times, 95) or 0.0, 3)}  # fmt: skip
+
+
 def _learn_all(engine: Any, quick: bool) -> dict[str, Any]:
     out = {}
     for name, _, _ in COLLECTIONS:
@@ -76,7 +95,8 @@ def _learn_all(engine: Any, quick: bool) -> dict[str, Any]:
             continue
         print(f"   learning {name}", flush=True)
         group = {"group_of": conversation} if name == "locomo-dev" else {}
-        out[name] = _figures(engine.learn_project(name, folds=5, **group))
+        result = engine.learn_project(name, folds=5, **group)
+        out[name] = {**_figures(result), "rerank_ms": _rerank_ms(engine, name, result.model_digest)}
     return out
 
 
@@ -139,4 +159,10 @@ def render(result: dict[str, Any]) -> str:
     for name, c in collections.items():
         top = ", ".join(f"{f} {share:.2f}" for f, share in c["importances"])
         lines.append(f"- {name}: {c['verdict']}; most important features: {top}")
+    if all("rerank_ms" in c for c in collections.values()):
+        said = "; ".join(f"{name} {c['rerank_ms']['p50']:.2f} / {c['rerank_ms']['p95']:.2f} ms"
+                         for name, c in collections.items())  # fmt: skip
+        lines += ["", "What ranking with the learned model costs an activation: its rerank stage (the window's "
+                      "features and the model's scores, up to 50 units) p50 / p95 over each collection's cases: "
+                      f"{said}."]  # fmt: skip
     return "\n".join(lines) + "\n"
