@@ -365,3 +365,24 @@ def test_a_model_that_ranks_as_the_current_ranking_gains_nothing_and_is_never_pr
         assert result.groups == len({c.group for c in cases}) >= folds and result.training_rows == sum(
             len(c.window) for c in cases
         )
+
+
+def test_a_learning_over_the_row_bound_is_refused_before_any_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    import memory_core.evaluation.learning as learning
+    from memory_core.domain.errors import InvalidRequest
+
+    monkeypatch.setattr(learning, "MAX_TRAINING_ROWS", 99)
+    fitted: list[int] = []
+
+    def fit(data: RankingData) -> FittedModel:
+        fitted.append(len(data.rows))
+        return _fit_signal(data)
+
+    with pytest.raises(InvalidRequest, match="more than the 99 one training takes"):
+        learn([_case(n, 900) for n in range(10)], fit=fit, load=_load_signal, current=_current,  # type: ignore[arg-type]
+              current_revision="c", trainer="t", learn_id="L", project_id="p", created_at="now")  # fmt: skip
+    assert fitted == []
+    result, _ = learn([_case(n, 900) for n in range(9)], fit=fit, load=_load_signal, current=_current,  # type: ignore[arg-type]
+                      current_revision="c", trainer="t", learn_id="L", project_id="p", created_at="now",
+                      resamples=50)  # fmt: skip
+    assert result.training_rows == 90 and fitted
