@@ -201,6 +201,7 @@ class Input:
     rrf_score: float = 0.0
     text: str = ""
     heading_path: tuple[str, ...] = ()
+    resource_id: str = "one.md"
 
 
 scores_ = st.one_of(st.none(), st.floats(0, 50, allow_nan=False))

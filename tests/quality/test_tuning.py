@@ -47,7 +47,7 @@ def test_the_current_setting_reproduces_every_recorded_final_order(traced: Trace
     assert len(traced.cases) == 225
     for case in traced.cases:
         recorded = [i.unit_id for i in variant_ranking(case.candidates, BASELINE)]
-        assert [i.unit_id for i in final_order(case, traced.current, traced.current["exact_bonus"])] == recorded  # type: ignore[arg-type]
+        assert [i.unit_id for i in final_order(case, traced.current)] == recorded
 
 
 def test_tuning_grades_the_current_setting_as_the_report_does_and_says_its_verdict(traced: Traced) -> None:
