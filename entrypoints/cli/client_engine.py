@@ -22,18 +22,15 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from memory_core.domain.model import Project
 from memory_core.domain.progress import Progress
-from memory_core.entrypoints.daemon import api
+from memory_core.entrypoints.daemon import api, dispatch
 from memory_core.entrypoints.daemon.client import DaemonClient
 from memory_core.evaluation.cases import CaseDetail, JudgmentSet
-from memory_core.evaluation.learning import LearnResult
-from memory_core.evaluation.tuning import TuneResult
 from memory_core.retrieval.activation_state import ActivationState
 from memory_core.runs.records import ClearReport
 from memory_core.services.activation import Activation
 from memory_core.services.engine import ProjectInfo
 from memory_core.services.indexing import IndexReport
 from memory_core.services.local_storage import ProjectStorage
-from memory_core.services.profiles import ProfileView
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -85,32 +82,12 @@ class ClientEngine:
         client = DaemonClient.running(home)
         return cls(client) if client is not None else None
 
+    # Every operation of the table that names the Engine method it serves (``Method.engine``) is
+    # forwarded as it is, made below the class (``_forward_the_tables_operations``); what follows
+    # are the methods that reshape their arguments or the answer.
+
     # -- projects ---------------------------------------------------------------------------
     add_project = forward(DaemonClient.add_project, _project)
-    list_projects = forward(DaemonClient.list_projects)
-    show_project = forward(DaemonClient.show_project)
-    remove_project = forward(DaemonClient.remove_project)
-    project_storage = forward(DaemonClient.show_project_storage)
-    project_profile = forward(DaemonClient.show_project_profile)
-    restore_project_profile = forward(DaemonClient.restore_project_profile)
-    tunings = forward(DaemonClient.list_tunings)
-
-    def set_project_profile(
-        self, name: str, settings: Mapping[str, Any] | None = None, *, from_tune: str | None = None
-    ) -> ProfileView:
-        return self.client.set_project_profile(name, settings, from_tune)
-
-    def tune_project(self, name: str, **options: Any) -> TuneResult:
-        return self.client.tune_project(name, **options)
-
-    learnings = forward(DaemonClient.list_learnings)
-
-    def learn_project(self, name: str, **options: Any) -> LearnResult:
-        return self.client.learn_project(name, **options)
-
-    def set_profile_from_learning(self, name: str, learn_id: str) -> ProfileView:
-        return self.client.set_profile_from_learning(name, learn_id)
-    clear_project_storage = forward(DaemonClient.clear_project_storage)
 
     def move_project_storage(self, name: str, destination: str | os.PathLike[str]) -> ProjectStorage:
         # The daemon resolves nothing against its own working directory: send an absolute path.
@@ -143,9 +120,6 @@ class ClientEngine:
         return Activation(response, candidates)
 
     # -- Retrieval Runs ---------------------------------------------------------------------
-    list_runs = forward(DaemonClient.list_retrieval_runs)
-    get_run = forward(DaemonClient.get_retrieval_run)
-
     def clear_runs(self, project_id: str | None = None) -> ClearReport:
         if project_id is None:
             return self.client.clear_retrieval_runs(all=True)
@@ -155,16 +129,24 @@ class ClientEngine:
     def evaluations(self) -> DaemonEvaluations:
         return DaemonEvaluations(self.client)
 
-    create_evaluation_case = forward(DaemonClient.create_evaluation_case)
-    replace_evaluation_judgments = forward(DaemonClient.replace_evaluation_judgments)
     evaluation_report = forward(DaemonClient.evaluation_report, api.EvaluationReport.to_report)
 
     # The file's bytes, as an embedded export writes them.
     export_evaluation_set = forward(DaemonClient.export_evaluation_set, api.EvaluationFixture.to_bytes)
-    import_evaluation_set = forward(DaemonClient.import_evaluation_set)
 
     def close(self) -> None:
         self.client.close()
+
+
+def _forward_the_tables_operations() -> None:
+    """``ClientEngine.<engine>`` for each operation of the table that says which Engine method it
+    serves: a new one needs no line here."""
+    for method in dispatch.METHODS:
+        if method.engine is not None and method.engine not in vars(ClientEngine):
+            setattr(ClientEngine, method.engine, Forward(getattr(DaemonClient, method.name)))
+
+
+_forward_the_tables_operations()
 
 
 class DaemonEvaluations:

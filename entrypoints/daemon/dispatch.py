@@ -82,6 +82,9 @@ class Method:
     # state answers even while the engine is busy, and a wait need not hold the lock.
     uses_engine: bool = True
     max_body_bytes: int | None = None  # this method's own request size limit (None: the app's)
+    # The Engine method it serves as it is (same arguments, the same value back): the CLI's engine
+    # over a daemon (``cli/client_engine.py``) forwards it to this method without a line of its own.
+    engine: str | None = None
 
 
 @attrs.define
@@ -388,16 +391,16 @@ METHODS: tuple[Method, ...] = (
     Method("add_project", WRITE, api.AddProjectRequest, ProjectInfo, add_project,
            "Add a project with ordered sources.", (err.InvalidProjectName, err.ProjectExists)),
     Method("list_projects", READ | UI | MCP, api.ListProjectsRequest, api.ProjectList, list_projects,
-           "Every project with its current commit generation.", allow_get=True),
+           "Every project with its current commit generation.", allow_get=True, engine="list_projects"),
     Method("show_project", READ, api.ShowProjectRequest, ProjectInfo, show_project,
-           "One project with its current commit generation.", (err.ProjectNotFound,)),
+           "One project with its current commit generation.", (err.ProjectNotFound,), engine="show_project"),
     Method("remove_project", WRITE, api.RemoveProjectRequest, ProjectRemoval, remove_project,
            "Remove a project, its unpinned Runs and its Project Local Storage; its Evaluation Cases and their "
            "pinned Runs stay unless purge: true. Unreferenced blobs are collected as Clear History does.",
-           (err.ProjectNotFound,)),
+           (err.ProjectNotFound,), engine="remove_project"),
     Method("show_project_storage", READ, api.ShowProjectStorageRequest, ProjectStorage, show_project_storage,
            "Where a project's Local Storage is, its size and its generations (current, previous, unreferenced).",
-           (err.ProjectNotFound,)),
+           (err.ProjectNotFound,), engine="project_storage"),
     Method("move_project_storage", WRITE | JOB, api.MoveProjectStorageRequest, ProjectStorage, move_project_storage,
            "Move a project's generations to an empty or new directory (made owner-only) and record it; a failure "
            "leaves the old location serving. Runs, Cases and blobs are not touched. Runs as a job, beside "
@@ -407,7 +410,7 @@ METHODS: tuple[Method, ...] = (
     Method("clear_project_storage", WRITE, api.ClearProjectStorageRequest, ProjectStorage, clear_project_storage,
            "Delete a project's generations; the next index_project rebuilds them, and until then activate_memory "
            "answers project_not_indexed (a failed Run). Runs, Cases and blobs are not touched.",
-           (err.ProjectNotFound,)),
+           (err.ProjectNotFound,), engine="clear_project_storage"),
     Method("index_project", WRITE | JOB, api.IndexProjectRequest, IndexReport, index_project,
            "Build the project's commit generation (a no-op when nothing changed); in the daemon it runs "
            "beside activations, which serve the current generation until the new one is published.",
@@ -417,16 +420,17 @@ METHODS: tuple[Method, ...] = (
            (err.InvalidQuery, err.InvalidBudget, err.InvalidActivationState, err.ProjectNotFound, err.ProjectNotIndexed,
             err.RetrievalFailed), uses_engine=False),
     Method("list_retrieval_runs", READ | UI, api.ListRetrievalRunsRequest, RunPage, list_retrieval_runs,
-           "Recorded Retrieval Runs, newest first, filtered and paged (keyset cursor).", allow_get=True),
+           "Recorded Retrieval Runs, newest first, filtered and paged (keyset cursor).", allow_get=True,
+           engine="list_runs"),
     Method("get_retrieval_run", READ | UI, api.GetRetrievalRunRequest, RunDetail, get_retrieval_run,
            "One Retrieval Run with its full trace: revisions, stage latencies, every candidate.",
-           (err.RunNotFound,)),
+           (err.RunNotFound,), engine="get_run"),
     Method("clear_retrieval_runs", WRITE | UI, api.ClearRetrievalRunsRequest, ClearReport, clear_retrieval_runs,
            "Clear History: delete unpinned Runs of one project or of all, then unreferenced blobs.",
            (err.ProjectNotFound,)),
     Method("create_evaluation_case", WRITE | UI, api.CreateEvaluationCaseRequest, Case, create_evaluation_case,
            "Freeze a succeeded Run as an Evaluation Case (corpus, trace) and pin the Run.",
-           (err.RunNotFound, EvaluationRunNotSucceeded, EvaluationCorpusIncomplete)),
+           (err.RunNotFound, EvaluationRunNotSucceeded, EvaluationCorpusIncomplete), engine="create_evaluation_case"),
     Method("list_evaluation_cases", READ | UI,
            api.ListEvaluationCasesRequest, api.EvaluationCaseList, list_evaluation_cases,
            "Evaluation Cases, oldest first: all, a project's, or the chosen ones.", (EvaluationCaseNotFound,),
@@ -445,7 +449,8 @@ METHODS: tuple[Method, ...] = (
            replace_evaluation_judgments,
            "Replace a case's whole judgment set if it is still at expected_judgment_version; returns the new "
            "version (a stale one: evaluation_judgment_conflict with details.current_version).",
-           (InvalidJudgments, EvaluationCaseNotFound, EvaluationJudgmentConflict)),
+           (InvalidJudgments, EvaluationCaseNotFound, EvaluationJudgmentConflict),
+           engine="replace_evaluation_judgments"),
     Method("mark_evaluation_reviewed", WRITE | UI, api.MarkEvaluationReviewedRequest, Case, mark_evaluation_reviewed,
            "Record that a person reviewed the current judgment version (only reviewed cases may gate).",
            (EvaluationCaseNotFound, EvaluationJudgmentConflict)),
@@ -460,22 +465,23 @@ METHODS: tuple[Method, ...] = (
            f"Import a fixture: every hash verified, all or nothing. Bodies up to {api.MAX_IMPORT_BODY_BYTES >> 20} "
            "MiB. Runs as a job, beside activations.",
            (InvalidFixture, FixtureHashMismatch, EvaluationImportConflict, err.JobInterrupted),
-           max_body_bytes=api.MAX_IMPORT_BODY_BYTES, uses_engine=False),
+           max_body_bytes=api.MAX_IMPORT_BODY_BYTES, uses_engine=False, engine="import_evaluation_set"),
     Method("show_project_profile", READ | UI, api.ShowProjectProfileRequest, ProfileView, show_project_profile,
            "A project's ranking settings in effect (its own profile, else the defaults), the revisions its Runs "
-           "record, and every version it had.", (err.ProjectNotFound,)),
+           "record, and every version it had.", (err.ProjectNotFound,), engine="project_profile"),
     Method("set_project_profile", WRITE | UI, api.SetProjectProfileRequest, ProfileView, set_project_profile,
            "Give a project its own ranking settings (a document, or a tuning's proposal); the previous version is "
            "kept. Unknown keys and out-of-range values are refused and nothing is stored.",
-           (err.ProjectNotFound, err.InvalidRequest, TuningNotFound)),
+           (err.ProjectNotFound, err.InvalidRequest, TuningNotFound), engine="set_project_profile"),
     Method("restore_project_profile", WRITE, api.RestoreProjectProfileRequest, ProfileView, restore_project_profile,
            "Put an earlier profile version back in use (appended as a copy; 0: the engine's defaults).",
-           (err.ProjectNotFound, err.InvalidRequest)),
+           (err.ProjectNotFound, err.InvalidRequest), engine="restore_project_profile"),
     Method("tune_project", WRITE | UI | JOB, api.TuneProjectRequest, TuneResult, tune_project,
            "Search the project's fusion settings on its judged (by default reviewed) cases from their stored traces, "
            "k-fold cross-validated; a proposal only when the paired 95% interval of the nDCG@10 gain lies above 0. "
            "Runs as a job, beside activations (seconds at 1,000 cases).",
-           (err.ProjectNotFound, EvaluationSetEmpty, err.InvalidRequest, err.JobInterrupted), uses_engine=False),
+           (err.ProjectNotFound, EvaluationSetEmpty, err.InvalidRequest, err.JobInterrupted), uses_engine=False,
+           engine="tune_project"),
     Method("list_jobs", READ | UI, api.ListJobsRequest, api.JobList, list_jobs,
            "The jobs running beside activations (tunings, imports, storage moves, re-indexes) and those ended "
            "lately, with their progress where they say it.", allow_get=True, uses_engine=False),
@@ -483,20 +489,22 @@ METHODS: tuple[Method, ...] = (
            "Stop a running job: its caller gets job_interrupted (reason cancelled) and nothing it started is "
            "kept. A re-index cannot be cancelled.", (err.JobNotFound, err.InvalidRequest), uses_engine=False),
     Method("list_tunings", READ, api.ListTuningsRequest, api.TuningList, list_tunings,
-           "A project's tunings, newest first.", (err.ProjectNotFound,)),
+           "A project's tunings, newest first.", (err.ProjectNotFound,), engine="tunings"),
     Method("learn_project", WRITE | UI | JOB, api.LearnProjectRequest, LearnResult, learn_project,
            "Learn a ranker (LightGBM lambdarank) from the project's judged (by default reviewed) cases' stored "
            "traces, k-fold cross-validated against its ranking now; proposed only when the paired 95% interval of "
            "the nDCG@10 gain lies above 0. The model is kept by its SHA-256. Runs as a job, beside activations.",
-           (err.ProjectNotFound, EvaluationSetEmpty, err.InvalidRequest, err.JobInterrupted), uses_engine=False),
+           (err.ProjectNotFound, EvaluationSetEmpty, err.InvalidRequest, err.JobInterrupted), uses_engine=False,
+           engine="learn_project"),
     Method("list_learnings", READ | UI, api.ListLearningsRequest, api.LearningList, list_learnings,
            "A project's learnings, newest first: cross-validated gain, verdict, most important features.",
-           (err.ProjectNotFound,)),
+           (err.ProjectNotFound,), engine="learnings"),
     Method("set_profile_from_learning", WRITE | UI, api.SetProfileFromLearningRequest, ProfileView,
            set_profile_from_learning,
            "Rank a project with the model a learning proposed (a new profile version); refused when it proposed "
            "nothing, and learned_model_refused when the model cannot be applied.",
-           (err.ProjectNotFound, err.InvalidRequest, LearningNotFound, LearnedModelRefused)),
+           (err.ProjectNotFound, err.InvalidRequest, LearningNotFound, LearnedModelRefused),
+           engine="set_profile_from_learning"),
 )
 
 TABLE: dict[str, Method] = {m.name: m for m in METHODS}
