@@ -13,9 +13,12 @@ rolls back), then SIGKILL if it has not ended within ``CANCEL_GRACE_S``. The req
 gets ``job_interrupted``.
 
 Both sides live here: ``JobRunner`` in the daemon, ``main`` in the child
-(``python -m memory_core.entrypoints.daemon.jobs HOME``). They speak pickle over the child's
-stdin and stdout: one request ``(operation, args, kwargs)``, one answer ``("ok", value)`` or
-``("error", exception)`` (domain errors pickle whole: ``MemoryCoreError.__reduce__``).
+(``python -m memory_core.entrypoints.daemon.jobs HOME``). They speak length-prefixed pickle frames
+over the child's stdin and stdout: a request ``(operation, args, kwargs)``, an answer
+``("ok", value, retiring)`` or ``("error", exception, retiring)`` (domain errors pickle whole:
+``MemoryCoreError.__reduce__``). A child that answered is kept for the next job (at most
+``IDLE_KEPT`` wait), so a job pays no interpreter start-up; one that grew past
+``RETIRE_RSS_BYTES`` says it retires, and exits.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ import logging
 import os
 import pickle
 import signal
+import struct
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import attrs
 
@@ -55,6 +59,9 @@ JOB_NICENESS = 10  # activations come first on a machine with few cores
 JOB_MEMORY_BYTES = 6 << 30
 PAUSE_POINT_ENV = "MEMORY_CORE_JOB_PAUSE"  # tests: the child stops itself (SIGSTOP) once started
 MEMORY_EXIT = 3  # the child's status when it ran out of memory (it answers nothing then)
+IDLE_KEPT = 1  # children kept waiting for the next job
+RETIRE_RSS_BYTES = 512 << 20  # a child that grew past this (an import, say) exits after its answer
+_FRAME = struct.Struct(">Q")
 
 
 @attrs.define
@@ -138,11 +145,12 @@ class JobBoard:
 
 @attrs.define
 class JobRunner:
-    """Runs jobs for the daemon of ``home``, each in a child process, recorded on ``board``;
-    ``cancel_all`` at stop."""
+    """Runs jobs for the daemon of ``home``, each in a child process (one kept from an earlier job
+    when there is one), recorded on ``board``; ``cancel_all`` at stop."""
 
     home: Path
     board: JobBoard = attrs.field(factory=JobBoard)
+    _idle: list[subprocess.Popen[bytes]] = attrs.field(factory=list)
     _lock: threading.Lock = attrs.field(factory=threading.Lock)
     _stopping: bool = False
 
@@ -152,21 +160,12 @@ class JobRunner:
             raise ValueError(f"{operation!r} is not a job")
         request = pickle.dumps((operation, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
         with self.board.job(operation, args) as job:
-            with self._lock:
-                if self._stopping:
-                    raise JobInterrupted(f"the daemon is stopping: {operation} was not started", reason="stopping")
-                job.child = child = subprocess.Popen(
-                    [sys.executable, "-m", __name__, str(self.home)],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    close_fds=True,
-                )
+            job.child = child = self._child()
             fields = {"job": operation, "job_id": job.job_id}
             log.info("job started", extra={"fields": {**fields, "pid": child.pid}})
-            answer, _ = child.communicate(request)
-            try:
-                status, value = pickle.loads(answer)
-            except Exception:
+            answer = _exchange(child, request)
+            if answer is None:
+                child.wait()
                 out_of_memory = child.returncode in (MEMORY_EXIT, -signal.SIGKILL)
                 reason = ("cancelled" if job.cancelled else "stopping" if self._stopping
                           else "memory" if out_of_memory else "exited")  # fmt: skip
@@ -176,20 +175,48 @@ class JobRunner:
                     f"{operation} ended before it finished ({_why(reason)}); nothing it started was kept",
                     reason=reason,
                     exit_status=child.returncode,
-                ) from None
-            log.info("job ended", extra={"fields": {**fields, "status": status}})
+                )
+            status, value, retiring = answer
+            self._done_with(child, keep=not retiring and not job.cancelled)
+            log.info("job ended", extra={"fields": {**fields, "status": status, "child_retires": retiring}})
             if status == "error":
                 raise value
             return value
+
+    def _child(self) -> subprocess.Popen[bytes]:
+        """A child for the next job: one waiting (still alive), else a new one."""
+        with self._lock:
+            if self._stopping:
+                raise JobInterrupted("the daemon is stopping: the job was not started", reason="stopping")
+            while self._idle:
+                child = self._idle.pop()
+                if child.poll() is None:
+                    return child
+            return subprocess.Popen(
+                [sys.executable, "-m", __name__, str(self.home)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                close_fds=True,
+            )
+
+    def _done_with(self, child: subprocess.Popen[bytes], *, keep: bool) -> None:
+        with self._lock:
+            if keep and not self._stopping and len(self._idle) < IDLE_KEPT:
+                self._idle.append(child)
+                return
+        _release(child)
 
     def running(self) -> int:
         return len(self.board.children())
 
     def cancel_all(self) -> None:
-        """Refuse new jobs and ask every running child to stop (SIGTERM, and SIGCONT so a child
-        stopped by a signal hears it); ``close`` escalates."""
+        """Refuse new jobs, let waiting children go, and ask every running child to stop (SIGTERM,
+        and SIGCONT so a child stopped by a signal hears it); ``close`` escalates."""
         with self._lock:
             self._stopping = True
+            idle, self._idle = self._idle, []
+        for child in idle:
+            _release(child)
         for child in self.board.children():
             _signal(child, signal.SIGTERM)
             _signal(child, signal.SIGCONT)
@@ -203,6 +230,46 @@ class JobRunner:
             except subprocess.TimeoutExpired:
                 _signal(child, signal.SIGKILL)
                 child.wait()
+
+
+def _exchange(child: subprocess.Popen[bytes], request: bytes) -> tuple[str, Any, bool] | None:
+    """Send one request, read its answer (None: the child ended without one)."""
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        _write_frame(child.stdin, request)
+        frame = _read_frame(child.stdout)
+        return None if frame is None else pickle.loads(frame)
+    except (OSError, EOFError, pickle.UnpicklingError):
+        return None
+
+
+def _release(child: subprocess.Popen[bytes]) -> None:
+    """A child that waits for no job: closing its stdin ends it; SIGKILL if it lingers."""
+    with contextlib.suppress(OSError):
+        if child.stdin is not None:
+            child.stdin.close()
+    try:
+        child.wait(timeout=CANCEL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        _signal(child, signal.SIGKILL)
+        child.wait()
+    if child.stdout is not None:
+        child.stdout.close()
+
+
+def _write_frame(out: IO[bytes], payload: bytes) -> None:
+    out.write(_FRAME.pack(len(payload)))
+    out.write(payload)
+    out.flush()
+
+
+def _read_frame(source: IO[bytes]) -> bytes | None:
+    head = source.read(_FRAME.size)
+    if len(head) < _FRAME.size:
+        return None
+    (size,) = _FRAME.unpack(head)
+    payload = source.read(size)
+    return payload if len(payload) == size else None
 
 
 def _signal(child: subprocess.Popen[bytes], sig: int) -> None:
@@ -227,11 +294,12 @@ def _cancel(*_: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The child: read one request from stdin, run it on an engine over the home, answer on stdout."""
+    """The child: run requests from stdin on an engine over the home, one at a time, answering
+    each on stdout, until stdin closes (or it retires)."""
     args = sys.argv[1:] if argv is None else argv
     home = args[0]
-    # stdout carries the answer alone: anything else printed goes to stderr (the daemon's log).
-    answer_fd = os.dup(1)
+    # stdout carries the answers alone: anything else printed goes to stderr (the daemon's log).
+    requests, answers = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     signal.signal(signal.SIGTERM, _cancel)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon's Ctrl-C reaches us through it
@@ -240,20 +308,30 @@ def main(argv: list[str] | None = None) -> int:
     from memory_core.entrypoints.daemon.logs import configure_logging
 
     configure_logging()  # JSON lines, as the daemon's own, into the same log
-    operation, op_args, op_kwargs = pickle.loads(sys.stdin.buffer.read())
-    if os.environ.get(PAUSE_POINT_ENV) == operation:
-        os.kill(os.getpid(), signal.SIGSTOP)
-    try:
-        answer: tuple[str, Any] = ("ok", _run(home, operation, op_args, op_kwargs))
-    except MemoryCoreError as exc:
-        answer = ("error", exc)
-    except MemoryError:
-        return MEMORY_EXIT  # no answer: the daemon reports job_interrupted
-    except _Cancelled:
-        return 143
-    with os.fdopen(answer_fd, "wb") as out:
-        pickle.dump(answer, out, protocol=pickle.HIGHEST_PROTOCOL)
+    while (frame := _read_frame(requests)) is not None:
+        operation, op_args, op_kwargs = pickle.loads(frame)
+        if os.environ.get(PAUSE_POINT_ENV) == operation:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        try:
+            status, value = "ok", _run(home, operation, op_args, op_kwargs)
+        except MemoryCoreError as exc:
+            status, value = "error", exc
+        except MemoryError:
+            return MEMORY_EXIT  # no answer: the daemon reports job_interrupted
+        except _Cancelled:
+            return 143
+        retiring = _resident_bytes() > RETIRE_RSS_BYTES
+        _write_frame(answers, pickle.dumps((status, value, retiring), protocol=pickle.HIGHEST_PROTOCOL))
+        if retiring:
+            break
     return 0
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory now (not ``ru_maxrss``: Linux carries the daemon's peak
+    across fork and exec into the child)."""
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def _run(home: str, operation: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

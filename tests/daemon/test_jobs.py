@@ -145,7 +145,11 @@ def test_a_jobs_result_and_its_typed_error_cross_the_process(daemon: Daemon, tmp
     assert Path(moved.location) == tmp_path / "moved"
     answer = client.activate_memory("ledger", QUERY)  # the daemon opens the moved copy
     assert answer.fragments[0].resource_id == "runbooks/deploy.md"
-    assert all(r["message"] != "job ended without an answer" for r in daemon.log_records())
+    records = daemon.log_records()
+    assert all(r["message"] != "job ended without an answer" for r in records)
+    # One child served these jobs one after another: a job pays no interpreter start-up.
+    pids = [r["pid"] for r in records if r["message"] == "job started"]
+    assert len(pids) == 4 and len(set(pids)) == 1, pids
 
 
 @pytest.mark.parametrize(
