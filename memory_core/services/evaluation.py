@@ -10,6 +10,7 @@ from memory_core.domain.errors import InvalidRequest, MemoryCoreError
 from memory_core.domain.evaluation_errors import (
     EvaluationCorpusIncomplete,
     EvaluationRunNotSucceeded,
+    EvaluationSetEmpty,
     InvalidJudgments,
 )
 from memory_core.domain.ids import new_case_id
@@ -157,6 +158,22 @@ class EvaluationService:
 
     def list_cases(self, project_id: str | None = None, case_ids: Sequence[str] | None = None) -> list[Case]:
         return self.store.list_cases(project_id, case_ids)
+
+    def cases_to_learn_from(self, project_id: str, *, include_unreviewed: bool, verb: str, use: str) -> list[Case]:
+        """The project's cases a tuning or a learning may use: reviewed ones unless
+        ``include_unreviewed`` (seed: only reviewed cases may gate); ``EvaluationSetEmpty`` when
+        none may, saying what to do (``verb``: "tune"; ``use``: "to tune on")."""
+        cases = self.list_cases(project_id)
+        if not cases:
+            raise EvaluationSetEmpty(f"project {project_id!r} has no Evaluation Cases {use}", project=project_id)
+        usable = cases if include_unreviewed else [c for c in cases if c.reviewed]
+        if not usable:
+            raise EvaluationSetEmpty(
+                f"none of project {project_id!r}'s {len(cases)} cases is reviewed: review them "
+                f"(`memcore eval review`) or {verb} with --include-unreviewed",
+                project=project_id,
+            )
+        return usable
 
     def show_case(self, case_id: str) -> CaseDetail:
         case = self.store.get_case(case_id)

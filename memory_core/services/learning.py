@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from memory_core.domain.errors import InvalidRequest
-from memory_core.domain.evaluation_errors import EvaluationSetEmpty
 from memory_core.domain.ids import new_id
 from memory_core.evaluation.learning import (
     FeatureInput,
@@ -66,16 +65,8 @@ def learn_project(
     if learner is None:
         raise InvalidRequest("this engine has no learner (a learning-to-rank library) to learn with")
     current = _replayable(profiles.ranking_for(project_id).reranker)
-    cases = evaluation.list_cases(project_id)
-    if not cases:
-        raise EvaluationSetEmpty(f"project {project_id!r} has no Evaluation Cases to learn from", project=project_id)
-    usable = cases if include_unreviewed else [c for c in cases if c.reviewed]
-    if not usable:
-        raise EvaluationSetEmpty(
-            f"none of project {project_id!r}'s {len(cases)} cases is reviewed: review them "
-            "(`memcore eval review`) or learn with --include-unreviewed",
-            project=project_id,
-        )
+    usable = evaluation.cases_to_learn_from(project_id, include_unreviewed=include_unreviewed, verb="learn",
+                                            use="to learn from")  # fmt: skip
     inputs = evaluation.case_inputs(usable)
     learning = [learning_case(i, c.query) for c, i in zip(usable, inputs, strict=True)]
     if group_of is not None:

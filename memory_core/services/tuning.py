@@ -10,7 +10,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from memory_core.domain.errors import InvalidRequest
-from memory_core.domain.evaluation_errors import EvaluationSetEmpty
 from memory_core.domain.ids import new_id
 from memory_core.evaluation.metrics import MetricLevel
 from memory_core.evaluation.tuning import (
@@ -50,16 +49,8 @@ def tune_project(
     current = current_setting(ranking.profile.rrf_k, ranking.profile.rerank_depth, fusion)
     check_folds(folds)
     settings = grid_settings(grid or {}, current)  # a bad grid is refused before any case is read
-    cases = evaluation.list_cases(project_id)
-    if not cases:
-        raise EvaluationSetEmpty(f"project {project_id!r} has no Evaluation Cases to tune on", project=project_id)
-    usable = cases if include_unreviewed else [c for c in cases if c.reviewed]
-    if not usable:
-        raise EvaluationSetEmpty(
-            f"none of project {project_id!r}'s {len(cases)} cases is reviewed: review them "
-            "(`memcore eval review`) or tune with --include-unreviewed",
-            project=project_id,
-        )
+    usable = evaluation.cases_to_learn_from(project_id, include_unreviewed=include_unreviewed, verb="tune",
+                                            use="to tune on")  # fmt: skip
     check_work(len(settings), len(usable))  # before the traces are read
     result = tune(evaluation.case_inputs(usable), current, tune_id=new_id(), project_id=project_id,
                   created_at=now(), grid=grid, folds=folds, level=levels[level])  # fmt: skip
