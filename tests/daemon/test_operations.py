@@ -82,6 +82,6 @@ def test_the_jobs_a_child_runs_are_the_tables_jobs() -> None:
     index, which runs on the watcher's worker."""
     from memory_core.entrypoints.daemon import jobs
 
-    assert jobs.OPERATIONS == dispatch.names(dispatch.JOB) - {"index_project"}
+    assert dispatch.names(dispatch.JOB) - {"index_project"} == jobs.OPERATIONS
     for name in jobs.OPERATIONS:
         assert dispatch.TABLE[name].uses_engine is False, f"{name} must not hold the engine lock while it runs"
