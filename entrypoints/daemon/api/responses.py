@@ -12,6 +12,7 @@ from memory_core.evaluation.cases import Case, Corpus, JudgmentSet, SourceTrace
 from memory_core.evaluation.learning import LearnResult
 from memory_core.evaluation.passages import CandidatePassage
 from memory_core.evaluation.report import (
+    JUDGED_METRICS,
     REPORT_VERSION,
     LatencyReport,
     LevelReport,
@@ -70,7 +71,8 @@ class EvaluationReport:
     latency_ms: LatencyReport
     missed_evidence: MissedEvidenceSummary
     per_case: dict[str, CaseMetricsWire] = attrs.field(
-        metadata={"schema": {"description": "case id -> level -> variant -> recall@20, ndcg@10, mrr"}}
+        # The judged metrics, as the registry names them (evaluation/metric_registry.py).
+        metadata={"schema": {"description": "case id -> level -> variant -> " + ", ".join(JUDGED_METRICS)}}
     )
 
     @classmethod
