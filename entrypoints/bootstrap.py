@@ -11,6 +11,19 @@ import os
 from collections.abc import Callable
 from typing import Any, cast
 
+from memory_core.adapters.files.evaluation_sources import FolderSources
+from memory_core.adapters.files.filesystem_sources import source_root
+from memory_core.adapters.files.watcher import (
+    DEBOUNCE_MS,
+    STEP_MS,
+    HealthError,
+    ProjectHealth,
+    ReindexRecord,
+    WatchedMemory,
+    Watcher,
+    parse_progress,
+)
+from memory_core.adapters.system.home import DIR_MODE, FILE_MODE, HomeLayout, prepare_home, resolve_home
 from memory_core.ports import (
     BlobStore,
     Catalog,
@@ -336,23 +349,10 @@ def bootstrap_in_memory(**overrides: Any) -> Engine:
 
 
 # -- the daemon's background parts, and what the other entrypoints use of the adapters -----------
-# Entrypoints import adapters only through this module (tests/test_architecture.py): the names
-# below are the adapters' values and helpers they need (the home's layout, the watcher's health
-# records, a source folder's check, the evaluation sources' folders); none of them loads a heavy
-# library.
-from memory_core.adapters.files.evaluation_sources import FolderSources  # noqa: E402
-from memory_core.adapters.files.filesystem_sources import source_root  # noqa: E402
-from memory_core.adapters.files.watcher import (  # noqa: E402
-    DEBOUNCE_MS,
-    STEP_MS,
-    HealthError,
-    ProjectHealth,
-    ReindexRecord,
-    WatchedMemory,
-    Watcher,
-    parse_progress,
-)
-from memory_core.adapters.system.home import DIR_MODE, FILE_MODE, HomeLayout, prepare_home, resolve_home  # noqa: E402
+# Entrypoints import adapters only through this module (tests/test_architecture.py): ``__all__``
+# names the adapters' values and helpers they need (the home's layout, the watcher's health
+# records, a source folder's check, the evaluation sources' folders), imported at the top; none of
+# them loads a heavy library.
 
 
 def schema_version() -> int:
