@@ -153,6 +153,11 @@ def test_a_crowd_without_the_token_gives_way_to_a_newcomer(tmp_path: Path) -> No
 def keep_alive_request(sock: socket.socket, port: int, extra: bytes = b"") -> bytes:
     """One request on a kept-alive connection and its whole answer (the app's two bytes)."""
     sock.sendall(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode() + extra + b"\r\n")
+    return whole_answer(sock)
+
+
+def whole_answer(sock: socket.socket) -> bytes:
+    """Everything the server sends up to the app's two-byte body, failing if it closes first."""
     sock.settimeout(CLOSE_BOUND_S)
     reply = b""
     while not reply.endswith(b"\r\n\r\nok"):
@@ -217,13 +222,7 @@ def test_a_body_complete_within_its_deadline_is_served_and_the_connection_kept(t
         for piece in (body[:300], body[300:700], body[700:]):
             time.sleep(0.05)
             sock.sendall(piece)
-        sock.settimeout(CLOSE_BOUND_S)
-        reply = b""
-        while not reply.endswith(b"\r\n\r\nok"):
-            chunk = sock.recv(65536)
-            assert chunk, f"closed after {reply!r}"
-            reply += chunk
-        assert reply.startswith(b"HTTP/1.1 200 ")
+        assert whole_answer(sock).startswith(b"HTTP/1.1 200 ")
         assert keep_alive_request(sock, port).startswith(b"HTTP/1.1 200 ")  # the next request too
 
 
