@@ -55,14 +55,12 @@ UNION = 1_000  # a rerank depth past every fused set here (<= 200 units): the un
 
 def grid() -> list[tuple[dict[str, Any], int]]:
     """The settings the default is chosen among: every fusion, alpha, resource weight and window."""
-    alphas = [round(0.05 * i, 2) for i in range(3, 15)]
+    alphas = [round(0.05 * i, 2) for i in range(5, 13)]
     out: list[tuple[dict[str, Any], int]] = [({"fusion": "rrf"}, 50)]
     for depth in (50, UNION):
         for rw in (0.0, 0.25, 0.5):
             for a in alphas:
-                for floor in (0.0, 0.2):
-                    out.append(({"fusion": "convex_floor", "alpha": a, "cosine_floor": floor, "resource_weight": rw},
-                                depth))  # fmt: skip
+                out.append(({"fusion": "convex_floor", "alpha": a, "resource_weight": rw}, depth))
                 out.append(({"fusion": "convex_minmax", "alpha": a, "resource_weight": rw}, depth))
                 out.append(({"fusion": "dbsf", "alpha": a, "resource_weight": rw}, depth))
     return out
