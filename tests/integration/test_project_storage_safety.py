@@ -14,7 +14,9 @@ hashing embedder for speed (``tests/reliability/harness.py``).
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import functools
 import logging
 import os
 import shutil
@@ -46,6 +48,14 @@ def home(tmp_path: Path) -> Iterator[tuple[Path, Engine]]:
     write_memory(tmp_path / "memory", 1)
     engine.index(PROJECT)
     yield tmp_path / "home", engine
+    engine.close()
+
+
+@pytest.fixture
+def other(home: tuple[Path, Engine]) -> Iterator[Engine]:
+    """Another process's engine on the same home (its own connections)."""
+    engine = engine_for(home[0])
+    yield engine
     engine.close()
 
 
@@ -265,16 +275,27 @@ def in_thread(call: Any) -> tuple[threading.Thread, dict[str, Any]]:
     return thread, out
 
 
-def test_two_moves_at_once_the_second_is_refused(
-    home: tuple[Path, Engine], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    root, engine = home
-    other = engine_for(root)  # another process's engine on the same home (its own connections)
+@contextlib.contextmanager
+def held_in_thread(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, call: Any) -> Iterator[dict[str, Any]]:
+    """Runs ``call`` in a thread held at its first call of ``owner.name`` for the body of the
+    ``with`` (which gets the thread's outcome), then lets it finish and joins it."""
     pause = Paused()
-    monkeypatch.setattr(generation_store, "_copy_file", pause.wrap(generation_store._copy_file))
-    thread, first = in_thread(lambda: engine.move_project_storage(PROJECT, tmp_path / "first"))
+    monkeypatch.setattr(owner, name, pause.wrap(getattr(owner, name)))
+    thread, out = in_thread(call)
     try:
         assert pause.reached.wait(60)
+        yield out
+    finally:
+        pause.go.set()
+        thread.join(60)
+
+
+def test_two_moves_at_once_the_second_is_refused(
+    home: tuple[Path, Engine], other: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, engine = home
+    first_move = functools.partial(engine.move_project_storage, PROJECT, tmp_path / "first")
+    with held_in_thread(monkeypatch, generation_store, "_copy_file", first_move) as first:
         for call in (
             lambda: other.move_project_storage(PROJECT, tmp_path / "second"),
             lambda: other.move_project_storage(PROJECT, tmp_path / "first"),  # the very same place
@@ -283,9 +304,6 @@ def test_two_moves_at_once_the_second_is_refused(
             with pytest.raises(StorageUnavailable) as busy:
                 call()
             assert busy.value.details["reason"] == "busy", busy.value.message
-    finally:
-        pause.go.set()
-        thread.join(60)
     assert "error" not in first, first
     assert first["result"].location == str((tmp_path / "first").resolve())
     assert not (tmp_path / "second").exists()
@@ -293,24 +311,16 @@ def test_two_moves_at_once_the_second_is_refused(
     # Once the first is done, a move works again, from where the first put it.
     assert other.move_project_storage(PROJECT, tmp_path / "second").location == str((tmp_path / "second").resolve())
     assert not (tmp_path / "first").exists()
-    other.close()
 
 
 def test_an_index_waits_for_a_move_and_builds_at_the_new_place(
-    home: tuple[Path, Engine], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    home: tuple[Path, Engine], other: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root, engine = home
-    other = engine_for(root)
     write_memory(tmp_path / "memory", 3)
-    pause = Paused()
-    monkeypatch.setattr(generation_store, "_copy_file", pause.wrap(generation_store._copy_file))
-    mover, moved = in_thread(lambda: engine.move_project_storage(PROJECT, tmp_path / "store"))
-    try:
-        assert pause.reached.wait(60)
+    move = functools.partial(engine.move_project_storage, PROJECT, tmp_path / "store")
+    with held_in_thread(monkeypatch, generation_store, "_copy_file", move) as moved:
         indexer, indexed = in_thread(lambda: other.index(PROJECT))
-    finally:
-        pause.go.set()
-        mover.join(60)
     indexer.join(60)
     assert "error" not in moved and "error" not in indexed, (moved, indexed)
     assert indexed["result"].status == "built"
@@ -318,29 +328,19 @@ def test_an_index_waits_for_a_move_and_builds_at_the_new_place(
     assert current is not None and Path(current.directory).is_relative_to((tmp_path / "store").resolve())
     assert Path(current.directory).is_dir() and serving(other)
     assert not HomeLayout.at(root).project_dir(PROJECT).exists()
-    other.close()
 
 
 def test_a_move_while_the_project_indexes_is_refused(
-    home: tuple[Path, Engine], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    home: tuple[Path, Engine], other: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root, engine = home
-    other = engine_for(root)
+    _, engine = home
     write_memory(tmp_path / "memory", 4)
-    pause = Paused()
     factory = usearch_index.UsearchIndexFactory
-    monkeypatch.setattr(factory, "build", pause.wrap(factory.build))  # a build under way
-    indexer, indexed = in_thread(lambda: other.index(PROJECT))
-    try:
-        assert pause.reached.wait(60)
+    with held_in_thread(monkeypatch, factory, "build", lambda: other.index(PROJECT)) as indexed:  # a build under way
         with pytest.raises(StorageUnavailable) as busy:
             engine.move_project_storage(PROJECT, tmp_path / "store")
         assert busy.value.details["reason"] == "busy" and "index" in busy.value.message
         assert not (tmp_path / "store").exists()
-    finally:
-        pause.go.set()
-        indexer.join(60)
     assert indexed["result"].status == "built"
     assert engine.move_project_storage(PROJECT, tmp_path / "store").generations
     assert serving(engine)
-    other.close()
