@@ -45,9 +45,41 @@ def test_a_project_profile_changes_how_it_ranks_and_every_run_records_it() -> No
     assert recorded == {view.ranking_profile, theirs.revisions["ranking_profile"]}
 
 
+def test_a_profile_names_a_registered_fusion_and_ranks_with_it() -> None:
+    """Issue 32: the fusion is a profile setting; Runs record its revision; tuning searches its parameters."""
+    recorder = SpyRecorder()
+    engine = engine_with_other(recorder)
+    view = engine.set_project_profile("demo", {"name": "dist", "fusion": "dbsf", "alpha": 0.4, "resource_weight": 0.25})
+    assert view.reranker == "dbsf-v1(alpha=0.4,exact=1,resource=0.25)"
+    assert view.settings["fusion"] == "dbsf" and view.settings["resource_weight"] == 0.25
+    assert "cosine_floor" not in view.settings  # not one of dbsf's parameters
+    mine = engine.activate("demo", QUERIES[0]).response
+    theirs = engine.activate("other", QUERIES[0]).response
+    assert mine.revisions["reranker_model"] == view.reranker
+    assert theirs.revisions["reranker_model"].startswith("convex-fusion-v2(")  # the engine's default
+    assert {trace.revisions["reranker_model"] for _, trace in recorder.completed} == {
+        view.reranker, theirs.revisions["reranker_model"]}  # fmt: skip
+    # The RRF fusion keeps the fused order: the final order is B3's.
+    engine.set_project_profile("demo", {"fusion": "rrf"})
+    ranked = engine.activate("demo", QUERIES[0]).candidates
+    assert [c.final_rank for c in sorted(ranked, key=lambda c: c.rrf_rank)] == list(range(1, len(ranked) + 1))
+    # Tuning searches what the fusion in use takes: rrf has no alpha, so a grid over it is refused.
+    engine = engine_with_other()  # one that keeps its Runs, for the cases
+    engine.set_project_profile("demo", {"fusion": "rrf"})
+    judged_cases(engine, reviewed=True)
+    with pytest.raises(InvalidRequest, match="does not take alpha"):
+        engine.tune_project("demo", grid={"alpha": [0.5]}, folds=2)
+    result = engine.tune_project("demo", grid={"rrf_k": [60], "rerank_depth": [50]}, folds=2)
+    assert result.current["fusion"] == "rrf" and result.grid_size == 1
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
+        ({"fusion": "combsum"}, "fusion must be one of"),
+        ({"fusion": "rrf", "alpha": 0.5}, "fusion rrf does not take alpha"),
+        ({"fusion": "convex_minmax", "cosine_floor": 0.1}, "does not take cosine_floor"),
+        ({"fusion": "rrf", "min_final_score": 1.5}, r"min_final_score must be within \[0, 1\]"),
         ({"weights": 1}, "unknown profile setting"),
         ({"bm25_k1": 1.2}, "unknown profile setting"),
         ({"rrf_k": "30"}, "rrf_k must be an integer"),
