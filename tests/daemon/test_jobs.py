@@ -23,7 +23,7 @@ from memory_core.domain.model import Source
 from memory_core.entrypoints.daemon import cli as daemon_cli
 from memory_core.entrypoints.daemon import jobs
 from tests.daemon.process import alive
-from tests.daemon.test_server import Daemon, memory_folder
+from tests.daemon.test_server import Daemon, memory_folder, running_daemon
 
 WAIT_S = 60.0
 QUERY = "how do I roll back a deploy?"
@@ -120,12 +120,7 @@ def test_a_job_in_flight_holds_no_activation_and_sigterm_cancels_it(tmp_path: Pa
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    base = tmp_path_factory.mktemp("jobs")
-    running = Daemon(base / "home", base / "daemon.log")
-    running.client.add_project("ledger", [Source(str(memory_folder(base / "memory")))])
-    running.client.index_project("ledger")
-    yield running
-    assert running.stop() == 0
+    yield from running_daemon(tmp_path_factory, "jobs", indexed_project="ledger")
 
 
 def test_a_jobs_result_and_its_typed_error_cross_the_process(daemon: Daemon, tmp_path: Path) -> None:

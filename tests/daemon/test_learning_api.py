@@ -13,8 +13,7 @@ import pytest
 
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import EvaluationSetEmpty, LearnedModelRefused, LearningNotFound
-from memory_core.domain.model import Source
-from tests.daemon.test_server import ROOT, Daemon, memory_folder
+from tests.daemon.test_server import ROOT, Daemon, running_daemon
 
 QUERIES = ("how do I roll back a deploy?", "advisory locks", "where is the coffee", "printer broken",
            "helm upgrade", "postgres idempotency keys", "replay the outbox", "ledger deploy")  # fmt: skip
@@ -22,12 +21,7 @@ QUERIES = ("how do I roll back a deploy?", "advisory locks", "where is the coffe
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    base = tmp_path_factory.mktemp("learning")
-    running = Daemon(base / "home", base / "daemon.log", "--no-watch")
-    running.client.add_project("notes", [Source(str(memory_folder(base / "memory")))])
-    running.client.index_project("notes")
-    yield running
-    assert running.stop() == 0
+    yield from running_daemon(tmp_path_factory, "learning", "--no-watch", indexed_project="notes")
 
 
 def memcore(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[str]:

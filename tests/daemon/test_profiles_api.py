@@ -13,18 +13,12 @@ import pytest
 
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import EvaluationSetEmpty, TuningNotFound
-from memory_core.domain.model import Source
-from tests.daemon.test_server import ROOT, Daemon, memory_folder
+from tests.daemon.test_server import ROOT, Daemon, running_daemon
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    base = tmp_path_factory.mktemp("profiles")
-    running = Daemon(base / "home", base / "daemon.log", "--no-watch")
-    running.client.add_project("notes", [Source(str(memory_folder(base / "memory")))])
-    running.client.index_project("notes")
-    yield running
-    assert running.stop() == 0
+    yield from running_daemon(tmp_path_factory, "profiles", "--no-watch", indexed_project="notes")
 
 
 def memcore(daemon: Daemon, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:

@@ -83,11 +83,17 @@ def memory_folder(root: Path) -> Path:
     return root
 
 
-def running_daemon(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Daemon]:
-    """A daemon in a fresh home for one module's tests (a fixture ``yield from``s it); it must
-    exit cleanly once they are done."""
+def running_daemon(
+    tmp_path_factory: pytest.TempPathFactory, name: str, *args: str, indexed_project: str | None = None
+) -> Iterator[Daemon]:
+    """A daemon (started with ``args``) in a fresh home for one module's tests (a fixture
+    ``yield from``s it), with ``indexed_project`` over ``memory_folder`` added and indexed when
+    named; it must exit cleanly once they are done."""
     base = tmp_path_factory.mktemp(name)
-    running = Daemon(base / "home", base / "daemon.log")
+    running = Daemon(base / "home", base / "daemon.log", *args)
+    if indexed_project is not None:
+        running.client.add_project(indexed_project, [Source(str(memory_folder(base / "memory")))])
+        running.client.index_project(indexed_project)
     yield running
     assert running.stop() == 0
 
