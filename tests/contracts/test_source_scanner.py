@@ -456,65 +456,65 @@ def _swap_for_link(path: Path, target: Path) -> None:
     os.replace(link, path)
 
 
+def _source_folder(tmp_path: Path, files: dict[str, bytes]) -> Path:
+    """``tmp_path/src`` holding ``files`` (relative paths; their folders are made)."""
+    source = tmp_path / "src"
+    for rel, data in files.items():
+        (source / rel).parent.mkdir(parents=True, exist_ok=True)
+        (source / rel).write_bytes(data)
+    return source
+
+
+def _scan_raced(monkeypatch, source: Path, method: str, race):  # type: ignore[no-untyped-def]
+    """A fresh scanner and its scan of ``source`` with its ``method`` replaced by ``race``, which is
+    called with the original method and its arguments (and so decides what happens around it)."""
+    scanner = FileSystemScanner()
+    original = getattr(scanner, method)
+    monkeypatch.setattr(scanner, method, lambda *args: race(original, *args))
+    return scanner, *scanner.scan(Source(str(source)))
+
+
 def _no_secret(resources, warnings) -> bool:  # type: ignore[no-untyped-def]
     return all(r.resource_hash != sha(SECRET) for r in resources) and all("zqx" not in w for w in warnings)
 
 
 def test_a_file_swapped_for_a_link_after_the_walk_is_not_followed(tmp_path, outside, monkeypatch):
-    source = tmp_path / "src"
-    source.mkdir()
-    (source / "a.md").write_bytes(b"inside a")
-    (source / "b.md").write_bytes(b"inside b")
-    scanner = FileSystemScanner()
-    walk = scanner._walk
+    source = _source_folder(tmp_path, {"a.md": b"inside a", "b.md": b"inside b"})
 
-    def walk_then_swap(*args):  # type: ignore[no-untyped-def]
+    def walk_then_swap(walk, *args):  # type: ignore[no-untyped-def]
         found = walk(*args)  # a.md was a regular file here...
         _swap_for_link(source / "a.md", outside / "secret.md")  # ...and is a link when it is read
         return found
 
-    monkeypatch.setattr(scanner, "_walk", walk_then_swap)
-    resources, warnings = scanner.scan(Source(str(source)))
+    _, resources, warnings = _scan_raced(monkeypatch, source, "_walk", walk_then_swap)
     assert [r.resource_id for r in resources] == ["b.md"] and _no_secret(resources, warnings)
     assert len(warnings) == 1 and "a.md" in warnings[0] and "symbolic link" in warnings[0]
 
 
 def test_a_folder_swapped_for_a_link_during_the_walk_is_not_followed(tmp_path, outside, monkeypatch):
-    source = tmp_path / "src"
-    (source / "sub").mkdir(parents=True)
-    (source / "sub" / "inner.md").write_bytes(b"inside")
-    (source / "top.md").write_bytes(b"top")
-    scanner = FileSystemScanner()
-    listing = scanner._list
+    source = _source_folder(tmp_path, {"sub/inner.md": b"inside", "top.md": b"top"})
 
-    def list_then_swap(root, folder, *rest):  # type: ignore[no-untyped-def]
+    def list_then_swap(listing, root, folder, *rest):  # type: ignore[no-untyped-def]
         subfolders = listing(root, folder, *rest)
         if folder.rel == "":  # sub was listed as a folder of the source; now a link takes its name
             os.rename(source / "sub", tmp_path / "sub-moved")
             (source / "sub").symlink_to(outside)
         return subfolders
 
-    monkeypatch.setattr(scanner, "_list", list_then_swap)
-    resources, warnings = scanner.scan(Source(str(source)))
+    _, resources, warnings = _scan_raced(monkeypatch, source, "_list", list_then_swap)
     assert [r.resource_id for r in resources] == ["top.md"] and _no_secret(resources, warnings)
     assert len(warnings) == 1 and "sub" in warnings[0] and "symbolic link" in warnings[0]
 
 
 def test_a_source_folder_swapped_for_a_link_during_the_scan_is_read_as_it_was_opened(tmp_path, outside, monkeypatch):
-    source = tmp_path / "src"
-    (source / "sub").mkdir(parents=True)
-    (source / "a.md").write_bytes(b"inside a")
-    (source / "sub" / "inner.md").write_bytes(b"inside inner")
-    scanner = FileSystemScanner()
-    walk = scanner._walk
+    source = _source_folder(tmp_path, {"a.md": b"inside a", "sub/inner.md": b"inside inner"})
 
-    def swap_then_walk(root, warnings):  # type: ignore[no-untyped-def]
+    def swap_then_walk(walk, root, warnings):  # type: ignore[no-untyped-def]
         os.rename(source, tmp_path / "src-moved")  # the scan holds the folder it opened
         source.symlink_to(outside)
         return walk(root, warnings)
 
-    monkeypatch.setattr(scanner, "_walk", swap_then_walk)
-    resources, warnings = scanner.scan(Source(str(source)))
+    scanner, resources, warnings = _scan_raced(monkeypatch, source, "_walk", swap_then_walk)
     assert [r.resource_id for r in resources] == ["a.md", "sub/inner.md"] and warnings == []
     assert [r.resource_hash for r in resources] == [sha(b"inside a"), sha(b"inside inner")]
     # Read later through its path, it is refused: the source folder is a link now.
