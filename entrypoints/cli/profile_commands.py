@@ -12,7 +12,7 @@ from memory_core.domain.errors import InvalidRequest
 from memory_core.entrypoints.cli import render, wire
 from memory_core.entrypoints.cli.common import emit_json, hint, read_json
 from memory_core.evaluation.learning import LearnResult
-from memory_core.evaluation.tuning import DEFAULT_FOLDS, GRID_KEYS, TuneResult
+from memory_core.evaluation.tuning import DEFAULT_FOLDS, GRID_KEYS, TuneMetrics, TuneResult
 from memory_core.services.engine import Engine
 from memory_core.services.profiles import ProfileView
 
@@ -103,16 +103,32 @@ def project_profile(engine: Engine, args: argparse.Namespace) -> int:
     return 0
 
 
+def _metrics_line(label: str, metrics: TuneMetrics) -> str:
+    """One row of a tuning's or a learning's comparison (``label`` carries its own alignment)."""
+    return f"  {label} nDCG@10 {metrics.ndcg_at_10:.4f}  Recall@20 {metrics.recall_at_20:.4f}  MRR {metrics.mrr:.4f}"
+
+
+def _apply_hint(proposed: bool, project_id: str, origin: str, home: str | None) -> list[str]:
+    """How to apply a proposed tuning or learning (``origin``: its ``--from-…`` option); none otherwise."""
+    return [hint(f"apply it: memcore project profile set {project_id} {origin}", home)] if proposed else []
+
+
+def _print_result(result: Any, lines: list[str], as_json: bool) -> int:
+    """A tuning's or a learning's result: its wire JSON with ``--json``, else its lines."""
+    if as_json:
+        emit_json(wire.to_json(result))
+    else:
+        render.console().print("\n".join(lines), markup=False)
+    return 0
+
+
 def _tune_lines(result: TuneResult, home: str | None) -> list[str]:
     lines = [f"tuning {result.tune_id} of project {result.project_id}: {result.cases} judged cases "
              f"({result.excluded_cases} without a relevant item left out), {result.grid_size} settings, "
              f"{result.folds}-fold cross-validation at {result.level} level, {result.seconds:.1f} s"]  # fmt: skip
     if result.current_metrics is not None and result.cross_validated is not None:
         now, cv = result.current_metrics, result.cross_validated
-        lines += [
-            f"  current       nDCG@10 {now.ndcg_at_10:.4f}  Recall@20 {now.recall_at_20:.4f}  MRR {now.mrr:.4f}",
-            f"  tuned (held out) nDCG@10 {cv.ndcg_at_10:.4f}  Recall@20 {cv.recall_at_20:.4f}  MRR {cv.mrr:.4f}",
-        ]
+        lines += [_metrics_line("current      ", now), _metrics_line("tuned (held out)", cv)]
     lines.append(result.verdict)
     if result.best is not None:
         lines.append("best setting on all cases: " + ", ".join(f"{k}={v}" for k, v in result.best.items()))
@@ -121,20 +137,13 @@ def _tune_lines(result: TuneResult, home: str | None) -> list[str]:
         lines.append(f"{result.estimated_similarities} cases used an estimated cosine for a candidate outside "
                      "their recorded window")  # fmt: skip
     lines.append(f"not searched (they change what is retrieved): {', '.join(result.not_searched)}")
-    if result.proposed:
-        lines.append(hint(f"apply it: memcore project profile set {result.project_id} --from-tune {result.tune_id}",
-                          home))  # fmt: skip
-    return lines
+    return lines + _apply_hint(result.proposed, result.project_id, f"--from-tune {result.tune_id}", home)
 
 
 def tune(engine: Engine, args: argparse.Namespace) -> int:
     result = engine.tune_project(args.project, grid=parse_grid(args.grid), folds=args.folds, level=args.level,
                                  include_unreviewed=args.include_unreviewed)  # fmt: skip
-    if args.json:
-        emit_json(wire.to_json(result))
-        return 0
-    render.console().print("\n".join(_tune_lines(result, args.home)), markup=False)
-    return 0
+    return _print_result(result, _tune_lines(result, args.home), args.json)
 
 
 def add_learn_parser(ev: Any) -> None:
@@ -156,27 +165,17 @@ def _learn_lines(result: LearnResult, home: str | None) -> list[str]:
              f"  against {result.current}; features {result.feature_revision}; {result.trainer}"]  # fmt: skip
     if result.current_metrics is not None and result.cross_validated is not None:
         now, cv = result.current_metrics, result.cross_validated
-        lines += [
-            f"  current          nDCG@10 {now.ndcg_at_10:.4f}  Recall@20 {now.recall_at_20:.4f}  MRR {now.mrr:.4f}",
-            f"  learned (held out) nDCG@10 {cv.ndcg_at_10:.4f}  Recall@20 {cv.recall_at_20:.4f}  MRR {cv.mrr:.4f}",
-        ]
+        lines += [_metrics_line("current         ", now), _metrics_line("learned (held out)", cv)]
     lines.append(result.verdict)
     if result.importances:
         lines.append("most important features (share of split gain): "
                      + ", ".join(f"{f.feature} {f.share:.2f}" for f in result.importances[:5]))  # fmt: skip
     if result.model_digest is not None:
         lines.append(f"model {result.model_digest} (kept; applied only when proposed)")
-    if result.proposed:
-        lines.append(hint(f"apply it: memcore project profile set {result.project_id} --from-learn {result.learn_id}",
-                          home))  # fmt: skip
-    return lines
+    return lines + _apply_hint(result.proposed, result.project_id, f"--from-learn {result.learn_id}", home)
 
 
 def learn(engine: Engine, args: argparse.Namespace) -> int:
     result = engine.learn_project(args.project, folds=args.folds, level=args.level,
                                   include_unreviewed=args.include_unreviewed)  # fmt: skip
-    if args.json:
-        emit_json(wire.to_json(result))
-        return 0
-    render.console().print("\n".join(_learn_lines(result, args.home)), markup=False)
-    return 0
+    return _print_result(result, _learn_lines(result, args.home), args.json)
