@@ -12,11 +12,15 @@ import attrs
 import pytest
 
 from memory_core.domain.errors import InvalidRequest
-from memory_core.domain.evaluation_errors import EvaluationSetEmpty, LearnedModelRefused, LearningNotFound
-from memory_core.domain.model import Source
+from memory_core.domain.evaluation_errors import LearnedModelRefused, LearningNotFound
 from memory_core.evaluation.learning import FEATURE_REVISION, LearnedModel
-from memory_core.services.beir_import import EngineWorkspace
-from tests.core.test_project_profiles import QUERIES, engine_with_other, judged_cases
+from tests.core.test_project_profiles import (
+    QUERIES,
+    deploy_workspace,
+    engine_with_other,
+    judged_cases,
+    refused_until_reviewed,
+)
 
 
 def learned(engine: Any) -> Any:
@@ -39,12 +43,7 @@ def snapshot(engine: Any) -> list[Any]:
 
 
 def test_learning_needs_reviewed_cases_keeps_its_result_and_model_and_changes_no_judgment() -> None:
-    engine = engine_with_other()
-    with pytest.raises(EvaluationSetEmpty, match="no Evaluation Cases"):
-        engine.learn_project("demo")
-    judged_cases(engine, reviewed=False)
-    with pytest.raises(EvaluationSetEmpty, match="--include-unreviewed"):
-        engine.learn_project("demo")
+    engine = refused_until_reviewed("learn_project")
     with pytest.raises(InvalidRequest, match="folds must be"):
         engine.learn_project("demo", include_unreviewed=True, folds=1)
     before = snapshot(engine)
@@ -83,14 +82,7 @@ def test_a_profile_with_a_learned_model_ranks_with_it_and_every_run_and_replay_r
     window = [c for c in activation.candidates if c.rerank_rank is not None]
     assert window and all(0.0 <= c.final_score <= 1.0 for c in window)
     assert engine.activate("other", QUERIES[0]).response.revisions["reranker_model"].startswith("convex-fusion")
-
-    def write_source(project_id: str, files: Any) -> Source:
-        for rel, data in files.items():
-            engine.indexer.scanner.write(f"/ws/{project_id}", rel, data)
-        return Source(f"/ws/{project_id}")
-
-    workspace = EngineWorkspace(engine, write_source)
-    workspace.prepare("ws", {"a.md": b"# Deploy\n\nRoll back with helm rollback.\n"})
+    workspace = deploy_workspace(engine)
     workspace.rank("ws", QUERIES[0], ranked_as="demo")
     assert recorded(engine) == view.reranker
     restored = engine.restore_project_profile("demo", 0)

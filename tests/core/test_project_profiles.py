@@ -178,13 +178,21 @@ def judged_cases(engine: Any, *, reviewed: bool) -> list[str]:
     return case_ids
 
 
-def test_tuning_needs_cases_and_by_default_reviewed_ones() -> None:
+def refused_until_reviewed(operation: str) -> Any:
+    """An engine whose ``operation`` (``tune_project`` or ``learn_project``) of 'demo' was refused
+    with no cases, then with only unreviewed ones (the one rule both take their cases by); it
+    holds those unreviewed cases now."""
     engine = engine_with_other()
     with pytest.raises(EvaluationSetEmpty, match="no Evaluation Cases"):
-        engine.tune_project("demo")
+        getattr(engine, operation)("demo")
     judged_cases(engine, reviewed=False)
     with pytest.raises(EvaluationSetEmpty, match="--include-unreviewed"):
-        engine.tune_project("demo")
+        getattr(engine, operation)("demo")
+    return engine
+
+
+def test_tuning_needs_cases_and_by_default_reviewed_ones() -> None:
+    engine = refused_until_reviewed("tune_project")
     with pytest.raises(InvalidRequest, match="level must be one of"):
         engine.tune_project("demo", include_unreviewed=True, level="document")
 
@@ -214,10 +222,8 @@ def test_a_tuning_is_kept_and_only_a_proposal_is_applied() -> None:
         engine.set_project_profile("other", from_tune=proposed.tune_id)
 
 
-def test_replay_ranks_a_frozen_corpus_as_its_cases_project_does() -> None:
-    recorder = SpyRecorder()
-    engine = engine_with_other(recorder)
-    engine.set_project_profile("demo", {"name": "gate", "rerank_depth": 0})
+def deploy_workspace(engine: Any) -> EngineWorkspace:
+    """A replay workspace 'ws' of one deploy note, written through the engine's in-memory scanner."""
 
     def write_source(project_id: str, files: Any) -> Source:
         for rel, data in files.items():
@@ -226,6 +232,14 @@ def test_replay_ranks_a_frozen_corpus_as_its_cases_project_does() -> None:
 
     workspace = EngineWorkspace(engine, write_source)
     workspace.prepare("ws", {"a.md": b"# Deploy\n\nRoll back with helm rollback.\n"})
+    return workspace
+
+
+def test_replay_ranks_a_frozen_corpus_as_its_cases_project_does() -> None:
+    recorder = SpyRecorder()
+    engine = engine_with_other(recorder)
+    engine.set_project_profile("demo", {"name": "gate", "rerank_depth": 0})
+    workspace = deploy_workspace(engine)
     workspace.rank("ws", QUERIES[0])
     workspace.rank("ws", QUERIES[0], ranked_as="demo")
     first, second = (trace.revisions["ranking_profile"] for _, trace in recorder.completed[-2:])
