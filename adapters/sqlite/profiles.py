@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import apsw
 
@@ -20,10 +20,20 @@ from memory_core.evaluation.tuning import TuneResult
 from memory_core.retrieval.profile import StoredProfile
 
 _COLUMNS = "project_id, version, settings_json, source, created_at"
+# A tuning's or a learning's result: each kept whole as JSON in its own table, in the same
+# columns but its key.
+_Result = TypeVar("_Result", TuneResult, LearnResult)
+_KEYS = {"project_tunings": "tune_id", "project_learnings": "learn_id"}
 
 
 def _profile(row: Sequence[Any]) -> StoredProfile:
     return StoredProfile(str(row[0]), int(row[1]), json.loads(str(row[2])), str(row[3]), str(row[4]))
+
+
+def _require_project(conn: apsw.Connection, project_id: str) -> None:
+    """``project_not_found`` unless the project is in the catalog (checked inside the write)."""
+    if not fetch(conn, "SELECT 1 FROM projects WHERE project_id = ?", (project_id,)):
+        raise project_not_found(conn, project_id)
 
 
 class SqliteProfileStore:
@@ -45,8 +55,7 @@ class SqliteProfileStore:
 
     def add_profile(self, project_id: str, settings: Mapping[str, Any], source: str) -> StoredProfile:
         with storage_errors("cannot store the project's profile"), write_transaction(self._conn) as conn:
-            if not fetch(conn, "SELECT 1 FROM projects WHERE project_id = ?", (project_id,)):
-                raise project_not_found(conn, project_id)
+            _require_project(conn, project_id)
             (last,) = fetch(conn, "SELECT COALESCE(MAX(version), 0) FROM project_profiles WHERE project_id = ?",
                             (project_id,))[0]  # fmt: skip
             stored = StoredProfile(project_id, int(last) + 1, dict(settings), source, self._now())
@@ -56,53 +65,58 @@ class SqliteProfileStore:
             )
         return stored
 
-    def put_tuning(self, result: TuneResult) -> None:
+    def _put_result(
+        self, what: str, table: str, result_id: str, result: Any, also: Callable[[apsw.Connection], None]
+    ) -> None:
+        """Keeps ``result`` (and whatever ``also`` writes in the same transaction) for its project."""
         document = json.dumps(STORED.unstructure(result), sort_keys=True, allow_nan=False)
-        with storage_errors("cannot store the tuning"), write_transaction(self._conn) as conn:
-            if not fetch(conn, "SELECT 1 FROM projects WHERE project_id = ?", (result.project_id,)):
-                raise project_not_found(conn, result.project_id)
+        with storage_errors(f"cannot store the {what}"), write_transaction(self._conn) as conn:
+            _require_project(conn, result.project_id)
+            also(conn)
             conn.execute(
-                "INSERT INTO project_tunings (tune_id, project_id, created_at, result_json) VALUES (?, ?, ?, ?)",
-                (result.tune_id, result.project_id, result.created_at, document),
+                f"INSERT INTO {table} ({_KEYS[table]}, project_id, created_at, result_json) VALUES (?, ?, ?, ?)",
+                (result_id, result.project_id, result.created_at, document),
             )
 
-    def get_tuning(self, tune_id: str) -> TuneResult:
-        rows = fetch(self._conn, "SELECT result_json FROM project_tunings WHERE tune_id = ?", (tune_id,))
+    def _result(self, table: str, result_id: str, kind: type[_Result], missing: Exception) -> _Result:
+        rows = fetch(self._conn, f"SELECT result_json FROM {table} WHERE {_KEYS[table]} = ?", (result_id,))
         if not rows:
-            raise TuningNotFound(f"no tuning {tune_id!r}", tune_id=tune_id)
-        return STORED.structure(json.loads(str(rows[0][0])), TuneResult)
+            raise missing
+        return STORED.structure(json.loads(str(rows[0][0])), kind)
+
+    def _results(self, table: str, project_id: str, kind: type[_Result]) -> list[_Result]:
+        """The project's results, newest first."""
+        rows = fetch(self._conn, f"SELECT result_json FROM {table} WHERE project_id = ? "
+                                 f"ORDER BY created_at DESC, {_KEYS[table]} DESC", (project_id,))  # fmt: skip
+        return [STORED.structure(json.loads(str(r[0])), kind) for r in rows]
+
+    def put_tuning(self, result: TuneResult) -> None:
+        self._put_result("tuning", "project_tunings", result.tune_id, result, also=lambda conn: None)
+
+    def get_tuning(self, tune_id: str) -> TuneResult:
+        missing = TuningNotFound(f"no tuning {tune_id!r}", tune_id=tune_id)
+        return self._result("project_tunings", tune_id, TuneResult, missing)
 
     def tunings(self, project_id: str) -> list[TuneResult]:
-        rows = fetch(self._conn, "SELECT result_json FROM project_tunings WHERE project_id = ? "
-                                 "ORDER BY created_at DESC, tune_id DESC", (project_id,))  # fmt: skip
-        return [STORED.structure(json.loads(str(r[0])), TuneResult) for r in rows]
+        return self._results("project_tunings", project_id, TuneResult)
 
     def put_learning(self, result: LearnResult, model: bytes | None) -> None:
-        document = json.dumps(STORED.unstructure(result), sort_keys=True, allow_nan=False)
-        with storage_errors("cannot store the learning"), write_transaction(self._conn) as conn:
-            if not fetch(conn, "SELECT 1 FROM projects WHERE project_id = ?", (result.project_id,)):
-                raise project_not_found(conn, result.project_id)
+        def keep_model(conn: apsw.Connection) -> None:  # once, by its digest, however many learnings name it
             if model is not None and result.model_digest is not None:
                 conn.execute(
                     "INSERT OR IGNORE INTO learned_models (model_digest, project_id, model, created_at) "
                     "VALUES (?, ?, ?, ?)",
                     (result.model_digest, result.project_id, model, result.created_at),
                 )
-            conn.execute(
-                "INSERT INTO project_learnings (learn_id, project_id, created_at, result_json) VALUES (?, ?, ?, ?)",
-                (result.learn_id, result.project_id, result.created_at, document),
-            )
+
+        self._put_result("learning", "project_learnings", result.learn_id, result, also=keep_model)
 
     def get_learning(self, learn_id: str) -> LearnResult:
-        rows = fetch(self._conn, "SELECT result_json FROM project_learnings WHERE learn_id = ?", (learn_id,))
-        if not rows:
-            raise LearningNotFound(f"no learning {learn_id!r}", learn_id=learn_id)
-        return STORED.structure(json.loads(str(rows[0][0])), LearnResult)
+        missing = LearningNotFound(f"no learning {learn_id!r}", learn_id=learn_id)
+        return self._result("project_learnings", learn_id, LearnResult, missing)
 
     def learnings(self, project_id: str) -> list[LearnResult]:
-        rows = fetch(self._conn, "SELECT result_json FROM project_learnings WHERE project_id = ? "
-                                 "ORDER BY created_at DESC, learn_id DESC", (project_id,))  # fmt: skip
-        return [STORED.structure(json.loads(str(r[0])), LearnResult) for r in rows]
+        return self._results("project_learnings", project_id, LearnResult)
 
     def learned_model(self, project_id: str, digest: str) -> bytes | None:
         rows = fetch(self._conn, "SELECT model FROM learned_models WHERE project_id = ? AND model_digest = ?",
