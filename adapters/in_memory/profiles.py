@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from memory_core.domain.clock import utc_now_iso
 from memory_core.domain.evaluation_errors import LearningNotFound, TuningNotFound
 from memory_core.evaluation.learning import LearnResult
 from memory_core.evaluation.tuning import TuneResult
 from memory_core.retrieval.profile import StoredProfile
+
+_Result = TypeVar("_Result", TuneResult, LearnResult)  # a tuning's or a learning's, kept whole by its id
 
 
 class InMemoryProfileStore:
@@ -48,16 +50,24 @@ class InMemoryProfileStore:
         with self._lock:
             self._tunings[result.tune_id] = result
 
-    def get_tuning(self, tune_id: str) -> TuneResult:
+    def _kept(self, results: dict[str, _Result], result_id: str, missing: Exception) -> _Result:
         with self._lock:
-            if tune_id not in self._tunings:
-                raise TuningNotFound(f"no tuning {tune_id!r}", tune_id=tune_id)
-            return self._tunings[tune_id]
+            if result_id not in results:
+                raise missing
+            return results[result_id]
+
+    def _newest_first(
+        self, results: dict[str, _Result], project_id: str, id_of: Callable[[_Result], str]
+    ) -> list[_Result]:
+        with self._lock:
+            mine = [r for r in results.values() if r.project_id == project_id]
+        return sorted(mine, key=lambda r: (r.created_at, id_of(r)), reverse=True)
+
+    def get_tuning(self, tune_id: str) -> TuneResult:
+        return self._kept(self._tunings, tune_id, TuningNotFound(f"no tuning {tune_id!r}", tune_id=tune_id))
 
     def tunings(self, project_id: str) -> list[TuneResult]:
-        with self._lock:
-            mine = [t for t in self._tunings.values() if t.project_id == project_id]
-        return sorted(mine, key=lambda t: (t.created_at, t.tune_id), reverse=True)
+        return self._newest_first(self._tunings, project_id, lambda t: t.tune_id)
 
     def put_learning(self, result: LearnResult, model: bytes | None) -> None:
         self._require(result.project_id)
@@ -67,15 +77,10 @@ class InMemoryProfileStore:
             self._learnings[result.learn_id] = result
 
     def get_learning(self, learn_id: str) -> LearnResult:
-        with self._lock:
-            if learn_id not in self._learnings:
-                raise LearningNotFound(f"no learning {learn_id!r}", learn_id=learn_id)
-            return self._learnings[learn_id]
+        return self._kept(self._learnings, learn_id, LearningNotFound(f"no learning {learn_id!r}", learn_id=learn_id))
 
     def learnings(self, project_id: str) -> list[LearnResult]:
-        with self._lock:
-            mine = [r for r in self._learnings.values() if r.project_id == project_id]
-        return sorted(mine, key=lambda r: (r.created_at, r.learn_id), reverse=True)
+        return self._newest_first(self._learnings, project_id, lambda r: r.learn_id)
 
     def learned_model(self, project_id: str, digest: str) -> bytes | None:
         with self._lock:
