@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 import attrs
 
@@ -11,6 +12,16 @@ from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import EvaluationCaseExists, EvaluationCaseNotFound, EvaluationCorpusNotFound
 from memory_core.evaluation.cases import Case, CaseRecord, Corpus, Judgment, JudgmentSet, SourceTrace
 from memory_core.ports.evaluation import check_judgment_version
+
+_Kept = TypeVar("_Kept")
+
+
+def _corpus_not_found(corpus_id: str) -> EvaluationCorpusNotFound:
+    return EvaluationCorpusNotFound(f"no evaluation corpus {corpus_id!r}", corpus_id=corpus_id)
+
+
+def _case_not_found(case_id: str) -> EvaluationCaseNotFound:
+    return EvaluationCaseNotFound(f"no evaluation case {case_id!r}", case_id=case_id)
 
 
 class InMemoryEvaluationStore:
@@ -28,12 +39,15 @@ class InMemoryEvaluationStore:
         with self._lock:
             return corpus_id in self._corpora
 
-    def get_corpus(self, corpus_id: str) -> Corpus:
+    def _kept(self, kept: Mapping[str, _Kept], key: str, missing: Callable[[], Exception]) -> _Kept:
+        """``kept[key]``, else the typed error ``missing`` makes."""
         with self._lock:
-            try:
-                return self._corpora[corpus_id]
-            except KeyError:
-                raise EvaluationCorpusNotFound(f"no evaluation corpus {corpus_id!r}", corpus_id=corpus_id) from None
+            if key not in kept:
+                raise missing()
+            return kept[key]
+
+    def get_corpus(self, corpus_id: str) -> Corpus:
+        return self._kept(self._corpora, corpus_id, lambda: _corpus_not_found(corpus_id))
 
     def add_cases(self, corpora: Sequence[Corpus], records: Sequence[CaseRecord]) -> None:
         with self._lock:
@@ -44,9 +58,7 @@ class InMemoryEvaluationStore:
             known = set(self._corpora) | {c.corpus_id for c in corpora}
             for r in records:
                 if r.case.corpus_id not in known:
-                    raise EvaluationCorpusNotFound(
-                        f"no evaluation corpus {r.case.corpus_id!r}", corpus_id=r.case.corpus_id
-                    )
+                    raise _corpus_not_found(r.case.corpus_id)
                 versions = [s.version for s in r.judgment_sets]
                 if versions != sorted(set(versions)) or (versions and versions[-1] != r.case.judgment_version):
                     raise InvalidRequest("judgment versions must ascend to the case's version", case_id=r.case.case_id)
@@ -58,11 +70,7 @@ class InMemoryEvaluationStore:
                 self._sets[r.case.case_id] = {s.version: s for s in r.judgment_sets}
 
     def get_case(self, case_id: str) -> Case:
-        with self._lock:
-            try:
-                return self._cases[case_id]
-            except KeyError:
-                raise EvaluationCaseNotFound(f"no evaluation case {case_id!r}", case_id=case_id) from None
+        return self._kept(self._cases, case_id, lambda: _case_not_found(case_id))
 
     def get_trace(self, case_id: str) -> SourceTrace:
         with self._lock:
