@@ -1,6 +1,8 @@
-"""Units for the tests that build them by hand."""
+"""Units, and the candidates a reranker reads, for the tests that build them by hand."""
 
 from __future__ import annotations
+
+import attrs
 
 from memory_core.domain.model import Unit, unit_hash_of, unit_id_for
 
@@ -21,3 +23,16 @@ def whole_text_unit(
         unit_hash=unit_hash_of(text, 0, len(text)),
         resource_hash=resource_hash,
     )
+
+
+@attrs.frozen
+class RerankCandidate:
+    """What a fusion or reranker reads of a candidate (``RerankInput`` in ``memory_core.ports``)."""
+
+    resource_id: str
+    bm25_score: float | None
+    dense_similarity: float | None
+    exact_rank: int | None = None
+    rrf_score: float = 0.0
+    text: str = ""
+    heading_path: tuple[str, ...] = ()

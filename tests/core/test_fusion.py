@@ -25,22 +25,10 @@ from memory_core.retrieval.fusion import (
 )
 from memory_core.retrieval.profile import FUSION_KEYS, RankingProfile, ranking_from_settings
 from memory_core.retrieval.rerankers import ConvexFusionReranker as ExportedConvex
+from tests.units import RerankCandidate as Cand  # what it reads of a candidate
 
 PROPERTIES = settings(max_examples=60, deadline=None, derandomize=True)
 EPS = 1e-9
-
-
-@attrs.frozen
-class Cand:
-    """What a fusion reads of a candidate (``RerankInput``)."""
-
-    resource_id: str
-    bm25_score: float | None
-    dense_similarity: float | None
-    exact_rank: int | None = None
-    rrf_score: float = 0.0
-    text: str = ""
-    heading_path: tuple[str, ...] = ()
 
 
 bm25s = st.none() | st.floats(0.0, 60.0)

@@ -39,6 +39,7 @@ from memory_core.retrieval.exact import slug_words
 from memory_core.retrieval.fusion import DEFAULT_FUSION, FUSIONS
 from memory_core.retrieval.rerankers import MAX, MINMAX, ConvexFusionReranker
 from memory_core.services.activation import Activation
+from tests.units import RerankCandidate as Input  # what it reads of a candidate
 
 RRF_FLOOR = 0.54  # the data README's RRF is 0.555
 BM25_NOISE = 0.01
@@ -191,22 +192,12 @@ def test_every_registered_fusion_beats_both_lists_and_none_is_significantly_abov
 
 
 # -- the default reranker (fast, synthetic) ---------------------------------------------------
-@attrs.frozen
-class Input:
-    """A RerankInput (memory_core.ports) built directly."""
-
-    bm25_score: float | None
-    dense_similarity: float | None
-    exact_rank: int | None = None
-    rrf_score: float = 0.0
-    text: str = ""
-    heading_path: tuple[str, ...] = ()
-    resource_id: str = "one.md"
-
-
 scores_ = st.one_of(st.none(), st.floats(0, 50, allow_nan=False))
 cosines = st.floats(-1, 1, allow_nan=False)
-inputs = st.lists(st.builds(Input, scores_, cosines, st.one_of(st.none(), st.integers(1, 5))), min_size=1, max_size=30)
+one_resource = st.just("one.md")
+inputs = st.lists(
+    st.builds(Input, one_resource, scores_, cosines, st.one_of(st.none(), st.integers(1, 5))), min_size=1, max_size=30
+)
 rerankers = st.builds(
     ConvexFusionReranker,
     alpha=st.floats(0, 1),
@@ -231,14 +222,14 @@ def test_max_normalisation_does_not_depend_on_the_window_depth(
     alpha: float, pairs: list[tuple[float, float]], data: st.DataObject
 ) -> None:
     """With BM25's theoretical minimum, a unit's score is the same in any window holding the best."""
-    candidates = sorted((Input(b, d) for b, d in pairs), key=lambda c: -(c.bm25_score or 0.0))
+    candidates = sorted((Input("one.md", b, d) for b, d in pairs), key=lambda c: -(c.bm25_score or 0.0))
     depth = data.draw(st.integers(1, len(candidates)))
     reranker = ConvexFusionReranker(alpha=alpha, normalisation=MAX)
     assert reranker.rerank("q", candidates[:depth]) == reranker.rerank("q", candidates)[:depth]
 
 
 def test_scores_combine_normalised_bm25_and_cosine() -> None:
-    candidates = [Input(10.0, 0.5), Input(5.0, 0.9), Input(None, 0.2)]
+    candidates = [Input("one.md", 10.0, 0.5), Input("one.md", 5.0, 0.9), Input("one.md", None, 0.2)]
     assert ConvexFusionReranker(alpha=0.4, normalisation=MAX).rerank("q", candidates) == pytest.approx(
         [0.4 * 1.0 + 0.6 * 0.5, 0.4 * 0.5 + 0.6 * 0.9, 0.6 * 0.2]
     )
