@@ -656,7 +656,7 @@ def test_eval_commands_go_through_the_daemon_except_the_long_local_ones() -> Non
     from memory_core.entrypoints.cli.commands import EMBEDDED_ONLY, HANDLERS
 
     through = {action for command, action in HANDLERS if command == "eval" and ("eval", action) not in EMBEDDED_ONLY}
-    assert through == {"case", "judge", "review", "report", "export", "import", "tune"}
+    assert through == {"case", "judge", "review", "report", "export", "import", "tune", "learn"}
     assert {("eval", "import-beir"), ("eval", "replay")} <= EMBEDDED_ONLY
 
 
