@@ -131,6 +131,10 @@ class Watcher:
         self._requests: deque[_Request] = deque()
         self._paused: dict[str, int] = {}  # project -> how many ``paused`` blocks hold it
         self._recheck: set[str] = set()  # paused projects whose generation may have moved or gone
+        # A catalog read that began before this process added or removed a project must not undo it:
+        # project -> the read count when the change was complete (None while it is in progress).
+        self._catalog_reads = 0
+        self._changed_here: dict[str, int | None] = {}
         self._cond = threading.Condition()
         self._closed = False
         self._started = False
@@ -161,7 +165,21 @@ class Watcher:
         """Start following a project (the daemon calls it after ``add_project``)."""
         with self._cond:
             self._track(project, indexed=False)
+            self._changed_here[project.project_id] = self._catalog_reads
             self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def removing(self, project_id: str, timeout: float = 60.0) -> Iterator[None]:
+        """Stop following a project for the block that removes it from the catalog: a catalog read
+        made before the removal committed does not bring its watch back."""
+        with self._cond:
+            self._changed_here[project_id] = None
+        try:
+            self.project_removed(project_id, timeout)
+            yield
+        finally:
+            with self._cond:
+                self._changed_here[project_id] = self._catalog_reads
 
     def project_removed(self, project_id: str, timeout: float = 60.0) -> None:
         """Stop following a project and wait until no re-index of it runs (call before removing it)."""
@@ -234,17 +252,25 @@ class Watcher:
     def _reconcile(self, first: bool) -> None:
         """Follow the catalog: projects added or removed by another process, generations built elsewhere."""
         catalog = self.indexer.catalog
+        with self._cond:
+            self._catalog_reads += 1
+            read = self._catalog_reads
         projects = [p for p in catalog.list_projects() if self.only is None or p.project_id in self.only]
         generations = {p.project_id: catalog.current_generation(p.project_id) is not None for p in projects}
         gone = []
         with self._cond:
+            # What this process added or removed since the read began stays as it is.
+            for pid, done in list(self._changed_here.items()):
+                if done is not None and done < read:
+                    del self._changed_here[pid]
+            projects = [p for p in projects if p.project_id not in self._changed_here]
             for project in projects:
                 state = self._track(project, indexed=generations[project.project_id])
                 if first and self.watch and state.indexed and not state.indexing:
                     # The sources may have changed while nothing watched them: a check (a no-op when not).
                     state.seen += 1
                     state.trigger = "start"
-            known = {p.project_id for p in projects}
+            known = {p.project_id for p in projects} | set(self._changed_here)
             for pid in list(self._states):
                 if pid not in known and not self._states[pid].indexing:
                     gone.append(self._states.pop(pid))

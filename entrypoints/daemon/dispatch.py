@@ -187,9 +187,10 @@ def show_project(ctx: Context, req: api.ShowProjectRequest) -> ProjectInfo:
 
 
 def remove_project(ctx: Context, req: api.RemoveProjectRequest) -> ProjectRemoval:
-    if ctx.watcher is not None:  # its watch stops and a re-index of it is discarded first
-        ctx.watcher.project_removed(req.project_id)
-    return ctx.engine.remove_project(req.project_id, purge=req.purge)
+    if ctx.watcher is None:
+        return ctx.engine.remove_project(req.project_id, purge=req.purge)
+    with ctx.watcher.removing(req.project_id):  # its watch stops and a re-index of it is discarded first
+        return ctx.engine.remove_project(req.project_id, purge=req.purge)
 
 
 def show_project_storage(ctx: Context, req: api.ShowProjectStorageRequest) -> ProjectStorage:

@@ -417,3 +417,80 @@ def test_project_show_says_when_a_failed_reindex_is_retried_and_where_a_request_
     pending = next(line for line in health_lines(h, daemon=True) if line.startswith("pending:"))
     assert "failed 3 time(s) in a row: retried at 2026-01-01T00:00:06Z" in pending
     assert "an index request waits behind 2 re-index(es)" in pending
+
+
+# -- a stale catalog read undoes no add or remove -----------------------------------------------------
+class HeldCatalog:
+    """The engine's catalog, except that while armed its next ``current_generation`` reads, then
+    waits at a gate: the watcher's periodic catalog read caught between reading and applying what
+    it read (each test's catalog has one project when the read begins)."""
+
+    def __init__(self, catalog: object) -> None:
+        self._catalog = catalog
+        self.armed = False
+        self.read = threading.Event()
+        self.gate = threading.Event()
+        self.next_read = threading.Event()  # set when the read after the held one begins
+        self.after = threading.Event()  # that read waits for this
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._catalog, name)
+
+    def list_projects(self) -> object:
+        if self.gate.is_set() and not self.next_read.is_set():
+            self.next_read.set()
+            assert self.after.wait(WAIT_S), "the test never let the next read go"
+        return self._catalog.list_projects()  # type: ignore[attr-defined]
+
+    def current_generation(self, project_id: str) -> object:
+        generation = self._catalog.current_generation(project_id)  # type: ignore[attr-defined]
+        if self.armed:
+            self.armed = False
+            self.read.set()
+            assert self.gate.wait(WAIT_S), "the test never opened the gate"
+        return generation
+
+
+@pytest.fixture
+def held(setup: Setup) -> Iterator[HeldCatalog]:
+    catalog = HeldCatalog(setup.engine.catalog)
+    setup.indexer.catalog = catalog
+    yield catalog
+    catalog.gate.set()
+    catalog.after.set()
+
+
+def _after_the_read(held: HeldCatalog) -> None:
+    """Open the gate and wait until the held read is applied: the worker's next read has begun
+    (and waits until the test is done)."""
+    held.gate.set()
+    assert held.next_read.wait(WAIT_S)
+
+
+def test_a_catalog_read_from_before_a_removal_does_not_bring_its_watch_back(
+    setup: Setup, held: HeldCatalog, tmp_path: Path
+) -> None:
+    setup.add("goes", tmp_path / "goes")
+    watcher = setup.start()
+    held.armed = True
+    assert held.read.wait(WAIT_S)  # the worker holds a project list that still names "goes"
+    with watcher.removing("goes"):
+        setup.engine.remove_project("goes")
+    assert watcher.health("goes") == []
+    _after_the_read(held)
+    assert watcher.health("goes") == []
+
+
+def test_a_catalog_read_from_before_an_add_does_not_drop_the_new_watch(
+    setup: Setup, held: HeldCatalog, tmp_path: Path
+) -> None:
+    setup.add("stays", tmp_path / "stays")
+    watcher = setup.start()
+    held.armed = True
+    assert held.read.wait(WAIT_S)  # the worker holds a project list without "comes"
+    source = write_memory(tmp_path / "comes", 0)
+    watcher.project_added(setup.engine.add_project("comes", [Source(str(source))]))
+    _after_the_read(held)
+    assert [h.project_id for h in watcher.health("comes")] == ["comes"]
+    held.after.set()
+    assert setup.until("comes", "comes watched", lambda h: h.watching).watching
