@@ -41,7 +41,7 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 
-from memory_core.domain.errors import InvalidRequest, MemoryCoreError
+from memory_core.domain.errors import InvalidRequest, ModelUnavailable
 from memory_core.domain.model import Vector
 
 MODEL_NAME = "all-MiniLM-L6-v2"
@@ -115,14 +115,6 @@ def require_torch() -> None:
             f"this inference path needs torch and transformers, an optional extra: {TORCH_EXTRA} ({e})",
             missing=e.name,
         ) from e
-
-
-class ModelUnavailable(MemoryCoreError):
-    """The embedding model could not be loaded (missing or corrupt files, an unknown format) or
-    its inference failed to start; an activation fails with this code in its ``embed_query``
-    stage, an index build fails before any generation is written."""
-
-    code = "model_unavailable"
 
 
 def normalized_query(text: str) -> str:

@@ -161,3 +161,13 @@ class RunNotFound(MemoryCoreError):
     """No Retrieval Run with that id exists."""
 
     code = "run_not_found"
+
+
+class ModelUnavailable(MemoryCoreError):
+    """A model could not be read, built or run: its directory lacks weights, a tokenizer or a
+    config, names an architecture memory-core does not run, holds a truncated or corrupt file,
+    changed since it was added, or its inference failed to start. ``details`` name what is
+    missing (``missing``, ``model_dir``, ``file``). An activation fails with this code in its
+    model stage; an index build fails before any generation is written; nothing is changed."""
+
+    code = "model_unavailable"
