@@ -56,7 +56,7 @@ from memory_core.adapters.files.watch_health import (
 )
 from memory_core.domain.errors import MemoryCoreError, SourceUnavailable
 from memory_core.domain.model import EffectiveMemory, IndexReport, Project
-from memory_core.domain.progress import Progress
+from memory_core.domain.progress import Progress, parse_progress, progress_text
 
 log = logging.getLogger("memory_core.watcher")
 
@@ -79,20 +79,6 @@ class ReindexCancelled(Exception):
 
 class _Held(Exception):
     """The project is paused: its re-index did not start (or was cancelled) and runs after the pause."""
-
-
-def progress_text(stage: str, done: int, total: int) -> str:
-    """A running re-index's stage as its health record shows it (``ProjectHealth.progress``)."""
-    return f"{stage} {done}/{total}"
-
-
-def parse_progress(text: str | None) -> tuple[str, int, int] | None:
-    """``progress_text`` read back (the CLI draws it as a bar); None for anything else."""
-    stage, _, counts = (text or "").rpartition(" ")
-    done, _, total = counts.partition("/")
-    if not stage or not done.isdigit() or not total.isdigit():
-        return None
-    return stage, int(done), int(total)
 
 
 # -- the watcher ------------------------------------------------------------------------------

@@ -14,9 +14,10 @@ gets ``job_interrupted``.
 
 Both sides live here: ``JobRunner`` in the daemon, ``main`` in the child
 (``python -m memory_core.entrypoints.daemon.jobs HOME``). They speak length-prefixed pickle frames
-over the child's stdin and stdout: a request ``(operation, args, kwargs)``, an answer
-``("ok", value, retiring)`` or ``("error", exception, retiring)`` (domain errors pickle whole:
-``MemoryCoreError.__reduce__``). A child that answered is kept for the next job (at most
+over the child's stdin and stdout: a request ``(operation, args, kwargs)``, any number of
+``("progress", text)`` while it runs (at most one each ``PROGRESS_EVERY_S``: ``list_jobs`` shows
+the last), then an answer ``("ok", value, retiring)`` or ``("error", exception, retiring)``
+(domain errors pickle whole: ``MemoryCoreError.__reduce__``). A child that answered is kept for the next job (at most
 ``IDLE_KEPT`` wait), so a job pays no interpreter start-up; one that grew past
 ``RETIRE_RSS_BYTES`` says it retires, and exits.
 """
@@ -33,6 +34,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -43,6 +45,7 @@ from memory_core.domain.clock import utc_now_iso
 from memory_core.domain.errors import InvalidRequest, JobInterrupted, JobNotFound, MemoryCoreError
 from memory_core.domain.ids import new_id
 from memory_core.domain.jobs import CANCELLED, FAILED, RUNNING, SUCCEEDED, JobInfo
+from memory_core.domain.progress import Progress, progress_text
 
 log = logging.getLogger("memory_core.daemon")
 
@@ -61,6 +64,7 @@ PAUSE_POINT_ENV = "MEMORY_CORE_JOB_PAUSE"  # tests: the child stops itself (SIGS
 MEMORY_EXIT = 3  # the child's status when it ran out of memory (it answers nothing then)
 IDLE_KEPT = 1  # children kept waiting for the next job
 RETIRE_RSS_BYTES = 512 << 20  # a child that grew past this (an import, say) exits after its answer
+PROGRESS_EVERY_S = 0.2  # a job's progress frames: no more often than this (the last one always)
 _FRAME = struct.Struct(">Q")
 
 
@@ -77,11 +81,12 @@ class _Job:
     ended_at: str | None = None
     error_code: str | None = None
     cancelled: bool = False
+    progress: str | None = None  # progress_text of its stage, as the child last said it
 
     def info(self) -> JobInfo:
         cancellable = self.state == RUNNING and self.child is not None
         return JobInfo(self.job_id, self.operation, self.project_id, self.state, self.started_at, self.ended_at,
-                       None, cancellable, self.error_code)  # fmt: skip
+                       self.progress, cancellable, self.error_code)  # fmt: skip
 
 
 @attrs.define
@@ -163,7 +168,7 @@ class JobRunner:
             job.child = child = self._child()
             fields = {"job": operation, "job_id": job.job_id}
             log.info("job started", extra={"fields": {**fields, "pid": child.pid}})
-            answer = _exchange(child, request)
+            answer = _exchange(child, request, job)
             if answer is None:
                 child.wait()
                 out_of_memory = child.returncode in (MEMORY_EXIT, -signal.SIGKILL)
@@ -232,13 +237,18 @@ class JobRunner:
                 child.wait()
 
 
-def _exchange(child: subprocess.Popen[bytes], request: bytes) -> tuple[str, Any, bool] | None:
-    """Send one request, read its answer (None: the child ended without one)."""
+def _exchange(child: subprocess.Popen[bytes], request: bytes, job: _Job) -> tuple[str, Any, bool] | None:
+    """Send one request and read its answer (None: the child ended without one); the progress
+    it reports meanwhile goes on the job's record."""
     assert child.stdin is not None and child.stdout is not None
     try:
         _write_frame(child.stdin, request)
-        frame = _read_frame(child.stdout)
-        return None if frame is None else pickle.loads(frame)
+        while (frame := _read_frame(child.stdout)) is not None:
+            message = pickle.loads(frame)
+            if message[0] != "progress":
+                return message  # type: ignore[no-any-return]
+            job.progress = message[1]
+        return None
     except (OSError, EOFError, pickle.UnpicklingError):
         return None
 
@@ -313,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get(PAUSE_POINT_ENV) == operation:
             os.kill(os.getpid(), signal.SIGSTOP)
         try:
-            status, value = "ok", _run(home, operation, op_args, op_kwargs)
+            status, value = "ok", _run(home, operation, op_args, op_kwargs, _Reporter(answers))
         except MemoryCoreError as exc:
             status, value = "error", exc
         except MemoryError:
@@ -327,6 +337,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+class _Reporter:
+    """A job's ``Progress`` in the child: a progress frame to the daemon, at most one each
+    ``PROGRESS_EVERY_S`` (the last of a stage, done == total, always)."""
+
+    def __init__(self, answers: IO[bytes]) -> None:
+        self.answers = answers
+        self.sent = 0.0
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done < total and now - self.sent < PROGRESS_EVERY_S:
+            return
+        self.sent = now
+        text = progress_text(stage, done, total)
+        _write_frame(self.answers, pickle.dumps(("progress", text), protocol=pickle.HIGHEST_PROTOCOL))
+
+
 def _resident_bytes() -> int:
     """This process's resident memory now (not ``ru_maxrss``: Linux carries the daemon's peak
     across fork and exec into the child)."""
@@ -334,14 +361,14 @@ def _resident_bytes() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _run(home: str, operation: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _run(home: str, operation: str, args: tuple[Any, ...], kwargs: dict[str, Any], progress: Progress) -> Any:
     from memory_core.entrypoints.bootstrap import bootstrap
 
     if operation not in OPERATIONS:
         raise ValueError(f"{operation!r} is not a job")
     # No recovery: the daemon owns its Runs; this process starts none.
     with bootstrap(home, recover=False) as engine:
-        return getattr(engine, operation)(*args, **kwargs)
+        return getattr(engine, operation)(*args, progress=progress, **kwargs)
 
 
 def _limit_memory() -> None:

@@ -9,6 +9,7 @@ address of its own (``/runtime``, ``/retrieval/runs/<id>``, ``/evaluation/cases/
 from __future__ import annotations
 
 import datetime as dt
+import json
 from functools import partial
 from pathlib import Path
 from urllib.parse import quote
@@ -27,6 +28,7 @@ from memory_core.entrypoints.daemon.app import error_response
 from memory_core.entrypoints.daemon.dispatch import Context
 from memory_core.entrypoints.ui.runtime import runtime_facts
 from memory_core.entrypoints.ui.security import METHOD_REFUSED, ASGIApp, Guard, Receive, Scope, Secrets, Send, refuse
+from memory_core.evaluation.metric_registry import described
 
 STATIC = Path(__file__).with_name("static")
 PAGES = ("/", "/runtime", "/retrieval", "/retrieval/runs/{run_id}", "/evaluation", "/evaluation/cases/{case_id}")
@@ -47,9 +49,19 @@ def content_disposition(filename: str) -> str:
     return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
 
 
+def page_shell() -> bytes:
+    """index.html with the metric registry in it as data (static/metrics.js reads it), so the
+    page's tables list what ``evaluation/metric_registry.py`` declares. No secret in it: the page's
+    token is its own."""
+    # "<" escaped: no text in a definition can close the script element.
+    data = json.dumps(described(), ensure_ascii=False).replace("<", "\\u003c")
+    tag = f'<script type="application/json" id="metric-registry">{data}</script>\n'
+    return (STATIC / "index.html").read_text(encoding="utf-8").replace("</head>", tag + "</head>", 1).encode()
+
+
 def create_ui_app(context: Context, daemon_app: ASGIApp, ui: Secrets) -> ASGIApp:
     """The app for the UI port: ``daemon_app`` answers ``/v1/<one of UI_METHODS>``; the rest is the UI."""
-    shell = (STATIC / "index.html").read_bytes()  # no secret in it: the page's token is its own
+    shell = page_shell()
 
     async def page(_: Request) -> Response:
         return Response(shell, media_type="text/html; charset=utf-8")
@@ -75,8 +87,11 @@ def create_ui_app(context: Context, daemon_app: ASGIApp, ui: Secrets) -> ASGIApp
             return error_response(exc)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         name = f"evaluation-set{'-' + project_id if project_id else ''}-{stamp}.json"
-        return Response(fixture.to_bytes(), media_type="application/json",
-                        headers={"content-disposition": content_disposition(name)})
+        return Response(
+            fixture.to_bytes(),
+            media_type="application/json",
+            headers={"content-disposition": content_disposition(name)},
+        )
 
     pages = Starlette(
         routes=[

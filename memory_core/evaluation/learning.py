@@ -35,6 +35,7 @@ import attrs
 from memory_core.domain.canonical import canonical_json
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import LearnedModelRefused
+from memory_core.domain.progress import Progress, no_progress
 from memory_core.evaluation.metrics import Judgments, MetricLevel, RankedItem, grade, mrr, ndcg_at, recall_at
 from memory_core.evaluation.report import MIN_CASES_FOR_INTERVAL, CaseInput
 from memory_core.evaluation.statistics import DEFAULT_BOOTSTRAP_RESAMPLES, paired_bootstrap, paired_randomization_p
@@ -484,10 +485,12 @@ def learn(
     level: MetricLevel = MetricLevel.RESOURCE,
     resamples: int = DEFAULT_BOOTSTRAP_RESAMPLES,
     clock: Callable[[], float] = time.perf_counter,
+    progress: Progress = no_progress,
 ) -> tuple[LearnResult, LearnedModel | None]:
     """Cross-validate a learned ranker against ``current`` (the project's reranker, scoring a
     window) and train the model on all cases; the result proposes it only when the paired
-    interval of the held-out nDCG@10 gain lies above 0."""
+    interval of the held-out nDCG@10 gain lies above 0. ``progress``: ("training", models
+    trained, folds + 1): one per fold, then the final one."""
     t0 = clock()
     check_folds(folds)
     judged = [c for c in cases if c.window and grade([], c.judgments, level).relevant > 0]
@@ -504,7 +507,8 @@ def learn(
         return LearnResult(verdict=verdict, seconds=round(clock() - t0, 3), **base), None
     now = [_graded(reordered(c, current(c.query, c.window)), c.judgments, level) for c in judged]
     held_out: list[tuple[float, float, float]] = [(0.0, 0.0, 0.0)] * len(judged)
-    for fold in fold_groups([c.group for c in judged], folds):
+    for trained, fold in enumerate(fold_groups([c.group for c in judged], folds)):
+        progress("training", trained, folds + 1)
         held = set(fold)
         scorer = load(fit(ranking_data([c for i, c in enumerate(judged) if i not in held], level)).model)
         for i in fold:
@@ -514,7 +518,9 @@ def learn(
     learned_ndcg, now_ndcg = [v[0] for v in held_out], [v[0] for v in now]
     interval = paired_bootstrap(learned_ndcg, now_ndcg, resamples)
     p_value = paired_randomization_p(learned_ndcg, now_ndcg, resamples)
+    progress("training", folds, folds + 1)
     final = fit(ranking_data(judged, level))
+    progress("training", folds + 1, folds + 1)
     model = LearnedModel(trainer=trainer, model=final.model, level=level.value)
     proposed = interval.low > 0
     said = (f"cross-validated nDCG@10 {interval.mean_diff:+.4f} over the current ranking, 95% interval "

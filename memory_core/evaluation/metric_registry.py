@@ -1,8 +1,9 @@
 """The metrics, each declared once: its name, cut-off, kind, what it means and the definition it
 follows, and how one case's value is computed (as ir_measures registers its measures). The report
 (``evaluation/report.py``: which metrics, their conventions, each case's values) and the CLI read
-this registry; a new metric is one ``register(Metric(...))`` here (its function in ``metrics.py``)
-and its test.
+this registry, and so does the UI (its server puts ``described()`` in the page, static/metrics.js
+reads it); a new metric is one ``register(Metric(...))`` here (its function in ``metrics.py``) and
+its test.
 
 Kinds: ``judged`` metrics rank against judgments (and exclude a case without relevant items),
 ``ranking`` metrics describe a ranking without judgments, ``returned`` metrics are of what the
@@ -57,6 +58,7 @@ class Metric:
     definition: str  # the convention the report states
     source: str  # the definition it follows
     compute: Callable[[MetricInput], float | None] = attrs.field(eq=False, repr=False)
+    digits: int = 3  # the decimals a person reads it with (the UI's tables)
 
 
 REGISTRY: dict[str, Metric] = {}
@@ -74,6 +76,15 @@ def register(metric: Metric) -> Metric:
 def of_kind(*kinds: str) -> tuple[Metric, ...]:
     """The registered metrics of these kinds, in registration order."""
     return tuple(m for m in REGISTRY.values() if m.kind in kinds)
+
+
+def described() -> list[dict[str, object]]:
+    """Every registered metric as data (no function): what the UI's tables list and explain."""
+    return [
+        {"name": m.name, "label": m.label, "cutoff": m.cutoff, "kind": m.kind, "definition": m.definition,
+         "source": m.source, "digits": m.digits}
+        for m in REGISTRY.values()
+    ]  # fmt: skip
 
 
 def _graded(value: MetricInput) -> Graded:
@@ -109,14 +120,14 @@ WASTED = register(Metric(
     "wasted_tokens", "Wasted tokens", None, RETURNED,
     "tokens returned on units judged 0 (own judgment, else its resource's; resource level: the resource's "
     "relevance); null without any judgment", "issue 18 item 5 (this project's; docs/evaluation.md)",
-    lambda v: wasted_tokens(v.fragments, v.judgments, v.level)))
+    lambda v: wasted_tokens(v.fragments, v.judgments, v.level), digits=1))
 DENSITY = register(Metric(
     "relevant_per_1k_tokens", "Relevant per 1k tokens", None, RETURNED,
     "1000 * relevant items earned by the fragments that carried text / their tokens; null without relevant "
     "items or returned tokens", "issue 18 item 5 (this project's; docs/evaluation.md)",
-    lambda v: relevant_per_1k_tokens(v.fragments, v.judgments, v.level)))
+    lambda v: relevant_per_1k_tokens(v.fragments, v.judgments, v.level), digits=2))
 CHANGED_REUSE = register(Metric(
     "changed_unit_reuse", "Changed unit reuse", None, RETURNED,
     "reuse decisions whose resource the frozen corpus lacks or holds under another hash than the candidate "
     "recorded", "issue 18 item 5 (this project's; docs/evaluation.md)",
-    lambda v: changed_unit_reuse(v.fragments, v.corpus_hashes)))
+    lambda v: changed_unit_reuse(v.fragments, v.corpus_hashes), digits=2))

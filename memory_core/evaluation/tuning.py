@@ -33,6 +33,7 @@ from typing import Any
 import attrs
 
 from memory_core.domain.errors import InvalidRequest
+from memory_core.domain.progress import Progress, no_progress
 from memory_core.evaluation.metrics import Judgments, MetricLevel, RankedItem, grade, mrr, ndcg_at, recall_at
 from memory_core.evaluation.report import MIN_CASES_FOR_INTERVAL, CaseInput
 from memory_core.evaluation.statistics import DEFAULT_BOOTSTRAP_RESAMPLES, paired_bootstrap, paired_randomization_p
@@ -353,10 +354,11 @@ def tune(
     level: MetricLevel = MetricLevel.RESOURCE,
     resamples: int = DEFAULT_BOOTSTRAP_RESAMPLES,
     clock: Callable[[], float] = time.perf_counter,
+    progress: Progress = no_progress,
 ) -> TuneResult:
     """Grade every setting of the grid on the cases, cross-validate the choice, and propose it
     only when it beats ``current`` (the fusion stage's keys, the fusion's name and every parameter
-    it takes) with an interval above 0."""
+    it takes) with an interval above 0. ``progress``: ("grading", cases graded, cases)."""
     t0 = clock()
     check_folds(folds)
     settings = grid_settings(grid or {}, current)
@@ -391,10 +393,12 @@ def tune(
         return TuneResult(folds=folds, cases=len(judged), verdict=verdict, seconds=round(clock() - t0, 3), **base)
     matrix: list[list[float]] = []  # matrix[case][setting]: the case's nDCG@10 under the setting
     estimated = 0
-    for i in judged:
+    for done, i in enumerate(judged):
+        progress("grading", done, len(judged))
         grades, used = _grades(prepared[i], settings, level)
         matrix.append(grades)
         estimated += used
+    progress("grading", len(judged), len(judged))
     chosen: list[int] = [0] * len(judged)
     for fold in _folds([prepared[i].case_id for i in judged], folds):
         held = set(fold)

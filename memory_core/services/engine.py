@@ -17,7 +17,7 @@ import attrs
 
 from memory_core.domain.errors import InvalidRequest, StorageUnavailable
 from memory_core.domain.model import Generation, Project, Source, validate_project_id, validate_source_path
-from memory_core.domain.progress import Progress
+from memory_core.domain.progress import Progress, no_progress
 from memory_core.evaluation.cases import Case, JudgmentSet
 from memory_core.evaluation.fixture import ExportScope, ImportResult, dump
 from memory_core.evaluation.learning import LearnResult
@@ -176,7 +176,9 @@ class Engine:
         default = location == self.generations.default_location(name)
         return ProjectStorage(name, str(location), default, total, stored)
 
-    def move_project_storage(self, name: str, destination: str | Path) -> ProjectStorage:
+    def move_project_storage(
+        self, name: str, destination: str | Path, progress: Progress = no_progress
+    ) -> ProjectStorage:
         """Copy the current and previous generations into ``destination`` (empty or new; made
         owner-only), switch the catalog to them in one transaction, then delete the old copy.
         Any failure before the switch removes the new copies (and the folders made for them)
@@ -195,7 +197,9 @@ class Engine:
             pointed, gone = self._pointed_generations(name)
             recorded = None if dest == self.generations.default_location(name) else str(dest)
             try:
+                progress("copying", 0, 1)
                 moved = self.generations.copy_generations(name, pointed, dest)
+                progress("copying", 1, 1)
                 directories = {rev: str(d) for rev, d in moved.items()}
                 self.catalog.set_storage_location(name, recorded, directories, forget=gone)
             except BaseException:
@@ -384,10 +388,12 @@ class Engine:
         ``export_evaluation_document``."""
         return dump(self.export_evaluation_document(**scope))
 
-    def import_evaluation_set(self, data: bytes | str | Mapping[str, Any]) -> ImportResult:
+    def import_evaluation_set(
+        self, data: bytes | str | Mapping[str, Any], progress: Progress = no_progress
+    ) -> ImportResult:
         """Import a fixture (bytes, text or document) and return what it added; raises
         ``InvalidFixture``, ``FixtureHashMismatch``, ``EvaluationImportConflict``."""
-        return self.evaluations().import_fixture(data)
+        return self.evaluations().import_fixture(data, progress)
 
     def close(self) -> None:
         """Release the open indexes and let pending Run writes land; the engine is unusable after."""

@@ -14,6 +14,7 @@ from memory_core.domain.evaluation_errors import (
     InvalidJudgments,
 )
 from memory_core.domain.ids import new_case_id
+from memory_core.domain.progress import Progress, no_progress
 from memory_core.evaluation.cases import (
     BEIR_IMPORT,
     RUN,
@@ -265,14 +266,17 @@ class EvaluationService:
         (``with_uris``: keep each resource's ``file:///`` URI; otherwise its resource id)."""
         return fixtures.export_fixture(self, **scope)
 
-    def import_fixture(self, data: bytes | str | Mapping[str, Any]) -> ImportResult:
+    def import_fixture(self, data: bytes | str | Mapping[str, Any], progress: Progress = no_progress) -> ImportResult:
         """Verify a fixture whole, then store what is new (nothing on any problem)."""
-        return fixtures.import_fixture(self, data)
+        return fixtures.import_fixture(self, data, progress)
 
-    def case_inputs(self, cases: Sequence[Case]) -> list[CaseInput]:
+    def case_inputs(self, cases: Sequence[Case], progress: Progress = no_progress) -> list[CaseInput]:
+        """Each case's stored trace, judgments and corpus hashes; ``progress``: ("reading", cases read, cases)."""
         corpora: dict[str, dict[str, str]] = {}
         out = []
-        for case in cases:
+        for done, case in enumerate(cases):
+            if done % 50 == 0:
+                progress("reading", done, len(cases))
             if case.corpus_id not in corpora:
                 corpora[case.corpus_id] = self.store.get_corpus(case.corpus_id).hashes()
             trace = self.store.get_trace(case.case_id)

@@ -11,6 +11,7 @@ from memory_core.domain.errors import BlobCorrupted, BlobNotFound
 from memory_core.domain.evaluation_errors import (
     EvaluationImportConflict,
 )
+from memory_core.domain.progress import Progress, no_progress
 from memory_core.evaluation.cases import (
     Case,
     CaseRecord,
@@ -130,14 +131,18 @@ def _blob_is_sound(blobs: BlobStore, digest: str) -> bool:
     return True
 
 
-def import_fixture(service: EvaluationService, data: bytes | str | Mapping[str, Any]) -> ImportResult:
+def import_fixture(
+    service: EvaluationService, data: bytes | str | Mapping[str, Any], progress: Progress = no_progress
+) -> ImportResult:
     """Verify the whole fixture, then store what is new; nothing is written on any problem.
 
     Ids are kept. A case already here with the same record is left as is; a different record under
     an existing id is an EvaluationImportConflict. Corpora are keyed by their manifest hash, so an
     existing corpus_id is the same corpus.
     """
+    progress("importing", 0, 3)
     loaded = load_fixture(data)
+    progress("importing", 1, 3)
     known: set[str] = {c.case_id for c in service.list_cases()}
     added: list[CaseRecord] = []
     unchanged: list[str] = []
@@ -163,8 +168,10 @@ def import_fixture(service: EvaluationService, data: bytes | str | Mapping[str, 
         for _ in pool.map(service.blobs.put, (loaded.bodies[d] for d in missing)):
             pass
     written = len(missing)
+    progress("importing", 2, 3)
     if added:
         service.store.add_cases(corpora, added)
+    progress("importing", 3, 3)
     return ImportResult(
         cases_added=tuple(r.case.case_id for r in added),
         cases_unchanged=tuple(unchanged),

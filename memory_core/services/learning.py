@@ -15,6 +15,7 @@ import attrs
 
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.ids import new_id
+from memory_core.domain.progress import Progress, no_progress
 from memory_core.evaluation.learning import (
     FeatureInput,
     LearnedReranker,
@@ -55,9 +56,11 @@ def learn_project(
     level: str = MetricLevel.RESOURCE.value,
     include_unreviewed: bool = False,
     group_of: Callable[[LearningCase], str] | None = None,
+    progress: Progress = no_progress,
 ) -> LearnResult:
     """Learn ``project_id``'s ranker and keep the result and model (``EvaluationSetEmpty`` when
-    no case may be used). ``group_of``: the unit folds are made of (default: each case)."""
+    no case may be used). ``group_of``: the unit folds are made of (default: each case);
+    ``progress``: reading the cases' traces, then training (``evaluation.learning.learn``)."""
     levels = {m.value: m for m in MetricLevel}
     if level not in levels:
         raise InvalidRequest(f"level must be one of {', '.join(levels)}, got {level!r}", level=level)
@@ -67,7 +70,7 @@ def learn_project(
     current = _replayable(profiles.ranking_for(project_id).reranker)
     usable = evaluation.cases_to_learn_from(project_id, include_unreviewed=include_unreviewed, verb="learn",
                                             use="to learn from")  # fmt: skip
-    inputs = evaluation.case_inputs(usable)
+    inputs = evaluation.case_inputs(usable, progress=progress)
     learning = [learning_case(i, c.query) for c, i in zip(usable, inputs, strict=True)]
     if group_of is not None:
         learning = [attrs.evolve(c, group=group_of(c)) for c in learning]
@@ -78,7 +81,8 @@ def learn_project(
 
     result, model = learn(learning, fit=learner.fit, load=learner.load, current=score_now,
                           current_revision=current.revision, trainer=learner.revision, learn_id=new_id(),
-                          project_id=project_id, created_at=now(), folds=folds, level=levels[level])  # fmt: skip
+                          project_id=project_id, created_at=now(), folds=folds, level=levels[level],
+                          progress=progress)  # fmt: skip
     if profiles.store is not None:
         profiles.store.put_learning(result, model.to_bytes() if model is not None else None)
     return result

@@ -11,6 +11,7 @@ from typing import Any
 
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.ids import new_id
+from memory_core.domain.progress import Progress, no_progress
 from memory_core.evaluation.metrics import MetricLevel
 from memory_core.evaluation.tuning import (
     DEFAULT_FOLDS,
@@ -36,8 +37,10 @@ def tune_project(
     folds: int = DEFAULT_FOLDS,
     level: str = MetricLevel.RESOURCE.value,
     include_unreviewed: bool = False,
+    progress: Progress = no_progress,
 ) -> TuneResult:
-    """Tune ``project_id`` and keep the result (``EvaluationSetEmpty`` when no case may be used)."""
+    """Tune ``project_id`` and keep the result (``EvaluationSetEmpty`` when no case may be used);
+    ``progress``: reading the cases' traces, then grading (``evaluation.tuning.tune``)."""
     levels = {m.value: m for m in MetricLevel}
     if level not in levels:
         raise InvalidRequest(f"level must be one of {', '.join(levels)}, got {level!r}", level=level)
@@ -52,8 +55,9 @@ def tune_project(
     usable = evaluation.cases_to_learn_from(project_id, include_unreviewed=include_unreviewed, verb="tune",
                                             use="to tune on")  # fmt: skip
     check_work(len(settings), len(usable))  # before the traces are read
-    result = tune(evaluation.case_inputs(usable), current, tune_id=new_id(), project_id=project_id,
-                  created_at=now(), grid=grid, folds=folds, level=levels[level])  # fmt: skip
+    result = tune(evaluation.case_inputs(usable, progress=progress), current, tune_id=new_id(),
+                  project_id=project_id, created_at=now(), grid=grid, folds=folds, level=levels[level],
+                  progress=progress)  # fmt: skip
     if profiles.store is not None:
         profiles.store.put_tuning(result)
     return result

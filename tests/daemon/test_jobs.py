@@ -7,6 +7,7 @@ in flight" is a fact the test sees in /proc, not a race against the clock."""
 
 from __future__ import annotations
 
+import io
 import json
 import pickle
 import signal
@@ -140,6 +141,10 @@ def test_a_jobs_result_and_its_typed_error_cross_the_process(daemon: Daemon, tmp
     assert Path(moved.location) == tmp_path / "moved"
     answer = client.activate_memory("ledger", QUERY)  # the daemon opens the moved copy
     assert answer.fragments[0].resource_id == "runbooks/deploy.md"
+    # Each job's progress crossed from its process: the last stage it said stays on its record.
+    ended = {j.operation: j for j in client.list_jobs().jobs if j.state == "succeeded"}
+    assert ended["move_project_storage"].progress == "copying 1/1"
+    assert ended["import_evaluation_set"].progress == "importing 3/3"
     records = daemon.log_records()
     assert all(r["message"] != "job ended without an answer" for r in records)
     # One child served these jobs one after another: a job pays no interpreter start-up.
@@ -208,3 +213,20 @@ def test_a_running_job_is_listed_and_cancel_job_stops_it_keeping_nothing(
             client.cancel_job("index:ledger")
     finally:
         assert daemon.stop() == 0
+
+
+def test_a_jobs_progress_is_sent_at_most_each_interval_and_its_end_always(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(jobs.time, "monotonic", lambda: clock[0])
+    out = io.BytesIO()
+    report = jobs._Reporter(out)
+    for done in range(10):  # ten steps within one interval: the first is sent
+        report("grading", done, 10)
+    clock[0] += jobs.PROGRESS_EVERY_S
+    report("grading", 7, 10)  # an interval later: sent
+    report("grading", 10, 10)  # the end: sent however soon
+    frames = io.BytesIO(out.getvalue())
+    sent = []
+    while (frame := jobs._read_frame(frames)) is not None:
+        sent.append(pickle.loads(frame))
+    assert sent == [("progress", "grading 0/10"), ("progress", "grading 7/10"), ("progress", "grading 10/10")]

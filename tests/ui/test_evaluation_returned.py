@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from memory_core.evaluation.metric_registry import JUDGED, RANKING, of_kind
+
 from .conftest import PROJECT, UiDaemon
 from .test_browser import js_number, make_case
 
@@ -48,7 +50,11 @@ def test_evaluation_page_shows_what_the_agent_was_given(page: Any, ui_daemon: Ui
         expect(cells.nth(0)).to_have_text(shown(b4[metric].mean, digits))
         expect(cells.nth(1)).to_have_text(str(b4[metric].counted))
         expect(cells.nth(2)).to_have_text(str(b4[metric].excluded))
-    # The ranking table is unchanged: six metrics per variant.
+    # The ranking table's columns are the registry's ranking metrics, in its order, each explained.
+    ranking = of_kind(JUDGED, RANKING)
+    headers = page.locator("#benchmark thead th")
+    expect(headers).to_have_text(["Variant", *(m.label for m in ranking), "Warm p50", "Warm p95"])
+    expect(headers.nth(2)).to_have_attribute("title", f"{ranking[1].definition} ({ranking[1].source})")
     expect(page.locator("#benchmark tr[data-variant='b4_reranked'] td").nth(1)).to_have_text(
         js_number(b4["ndcg@10"].mean)
     )

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from starlette.testclient import TestClient
 
@@ -83,8 +84,16 @@ def test_the_launch_address_carries_the_token_in_its_fragment(http: TestClient, 
 
 
 def test_pages_and_assets_are_served_without_the_token_and_carry_no_secret(http: TestClient, ui: Secrets) -> None:
-    for path in ("/", "/runtime", "/evaluation/cases/x", "/retrieval/runs/r", "/static/app.js", "/static/lib.js",
-                 "/static/app.css", "/static/favicon.svg"):
+    for path in (
+        "/",
+        "/runtime",
+        "/evaluation/cases/x",
+        "/retrieval/runs/r",
+        "/static/app.js",
+        "/static/lib.js",
+        "/static/app.css",
+        "/static/favicon.svg",
+    ):
         reply = http.get(path)
         assert reply.status_code == 200, path
         assert ui.token not in reply.text and "set-cookie" not in reply.headers, path
@@ -100,8 +109,10 @@ def test_an_api_call_without_the_header_is_refused(http: TestClient, ui: Secrets
     wrong = http.get("/v1/list_projects", headers={"authorization": "Bearer not-the-token"})
     assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "ui_token_invalid"
     assert http.get("/v1/list_projects", headers={"authorization": f"Basic {ui.token}"}).status_code == 401
-    assert http.get("/v1/list_projects", headers={"authorization": f"Bearer {Secrets.fresh(PORT).token}"}
-                    ).status_code == 401  # another start's token
+    assert (
+        http.get("/v1/list_projects", headers={"authorization": f"Bearer {Secrets.fresh(PORT).token}"}).status_code
+        == 401
+    )  # another start's token
 
 
 def test_a_cookie_never_authorizes_not_even_with_the_token(http: TestClient, ui: Secrets) -> None:
@@ -136,8 +147,18 @@ def test_loopback_names_are_served(http: TestClient, ui: Secrets, host: str) -> 
     assert http.get("/runtime", headers={"host": host}).status_code == 200
 
 
-@pytest.mark.parametrize("host", ["attacker.example", f"attacker.example:{PORT}", "127.0.0.1", f"127.0.0.1:{PORT + 1}",
-                                  f"[::1]:{PORT}", f"0.0.0.0:{PORT}", ""])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "attacker.example",
+        f"attacker.example:{PORT}",
+        "127.0.0.1",
+        f"127.0.0.1:{PORT + 1}",
+        f"[::1]:{PORT}",
+        f"0.0.0.0:{PORT}",
+        "",
+    ],
+)
 def test_other_host_names_are_refused_dns_rebinding(http: TestClient, ui: Secrets, host: str) -> None:
     signed_in(http, ui)
     reply = http.get("/v1/list_projects", headers={"host": host})
@@ -149,8 +170,13 @@ def test_other_host_names_are_refused_dns_rebinding(http: TestClient, ui: Secret
 def test_a_foreign_origin_is_refused_even_with_the_token(http: TestClient, ui: Secrets) -> None:
     signed_in(http, ui)
     body = {"project_id": "proj"}
-    for origin in ("http://attacker.example", f"http://localhost:{PORT}", f"https://127.0.0.1:{PORT}", "null",
-                   "http://127.0.0.1:1"):
+    for origin in (
+        "http://attacker.example",
+        f"http://localhost:{PORT}",
+        f"https://127.0.0.1:{PORT}",
+        "null",
+        "http://127.0.0.1:1",
+    ):
         foreign = http.post("/v1/clear_retrieval_runs", json=body, headers={"origin": origin})
         assert foreign.status_code == 403 and foreign.json()["error"]["code"] == "ui_origin_not_allowed", origin
     assert http.get("/ui/api/runtime", headers={"origin": "http://attacker.example"}).status_code == 403
@@ -172,8 +198,14 @@ def test_websockets_are_refused(http: TestClient, ui: Secrets) -> None:
 def test_every_answer_carries_the_security_headers(http: TestClient, ui: Secrets) -> None:
     refused = http.get("/v1/list_projects")
     signed_in(http, ui)
-    for reply in (refused, http.get("/runtime"), http.get("/static/app.js"), http.get("/v1/list_projects"),
-                  http.post("/v1/add_project", json={}), http.get("/ui/api/export?project_id=nope")):
+    for reply in (
+        refused,
+        http.get("/runtime"),
+        http.get("/static/app.js"),
+        http.get("/v1/list_projects"),
+        http.post("/v1/add_project", json={}),
+        http.get("/ui/api/export?project_id=nope"),
+    ):
         assert reply.headers["content-security-policy"] == CSP
         assert reply.headers["x-content-type-options"] == "nosniff"
         assert reply.headers["referrer-policy"] == "no-referrer"
@@ -186,6 +218,22 @@ def test_the_ui_calls_the_same_dispatch_table(http: TestClient, ui: Secrets, con
     signed_in(http, ui)
     page = http.post("/v1/list_retrieval_runs", json={"project_id": "proj"}).json()
     assert [r["run_id"] for r in page["runs"]] == [r.run_id for r in context.engine.list_runs().runs]
+
+
+def test_the_page_carries_the_metric_registry_as_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shell lists every registered metric (static/metrics.js reads it); a definition holding
+    markup cannot end the script element it is in."""
+    from memory_core.entrypoints.ui.app import page_shell
+    from memory_core.evaluation import metric_registry as registry
+
+    odd = attrs.evolve(registry.NDCG, name="odd@1", definition="</script><script>alert(1)</script> & <b>")
+    monkeypatch.setitem(registry.REGISTRY, odd.name, odd)
+    shell = page_shell().decode()
+    found = re.search(r'<script type="application/json" id="metric-registry">(.*?)</script>', shell, re.S)
+    assert found is not None and shell.count("</script>") == (STATIC / "index.html").read_text().count("</script>") + 1
+    listed = json.loads(found.group(1))
+    assert [m["name"] for m in listed] == list(registry.REGISTRY)
+    assert listed[-1]["definition"] == odd.definition and listed[-1]["digits"] == odd.digits
 
 
 def page_methods() -> set[str]:
@@ -205,8 +253,20 @@ def test_the_ui_port_serves_exactly_the_methods_the_page_calls() -> None:
     assert not UI_METHODS & {"add_project", "remove_project", "index_project", "activate_memory"}
 
 
-@pytest.mark.parametrize("method", ["add_project", "index_project", "activate_memory", "remove_project",
-                                    "show_project", "export_evaluation_set", "openapi.json", "no_such_method", ""])
+@pytest.mark.parametrize(
+    "method",
+    [
+        "add_project",
+        "index_project",
+        "activate_memory",
+        "remove_project",
+        "show_project",
+        "export_evaluation_set",
+        "openapi.json",
+        "no_such_method",
+        "",
+    ],
+)
 def test_methods_the_page_does_not_use_are_refused_on_the_ui_port(
     http: TestClient, ui: Secrets, context: Context, tmp_path: Path, method: str
 ) -> None:
@@ -214,9 +274,13 @@ def test_methods_the_page_does_not_use_are_refused_on_the_ui_port(
     secret = tmp_path / "secret"
     secret.mkdir()
     (secret / "key.md").write_text("# private\n")
-    bodies = {"add_project": {"project_id": "stolen", "sources": [{"path": str(secret)}]},
-              "index_project": {"project_id": "proj"}, "remove_project": {"project_id": "proj"},
-              "activate_memory": {"project_id": "proj", "query": "roll back"}, "show_project": {"project_id": "proj"}}
+    bodies = {
+        "add_project": {"project_id": "stolen", "sources": [{"path": str(secret)}]},
+        "index_project": {"project_id": "proj"},
+        "remove_project": {"project_id": "proj"},
+        "activate_memory": {"project_id": "proj", "query": "roll back"},
+        "show_project": {"project_id": "proj"},
+    }
     runs = len(context.engine.list_runs().runs)
     for reply in (http.post(f"/v1/{method}", json=bodies.get(method, {})), http.get(f"/v1/{method}")):
         assert reply.status_code == 403 and reply.json()["error"]["code"] == "ui_method_not_allowed", method
@@ -254,8 +318,11 @@ def test_export_downloads_the_canonical_fixture(http: TestClient, ui: Secrets, c
     signed_in(http, ui)
     reply = http.get("/ui/api/export?project_id=proj")
     assert reply.status_code == 200
-    assert re.fullmatch(r'attachment; filename="(evaluation-set-proj-\d{8}T\d{6}Z\.json)"; '
-                        r"filename\*=UTF-8''\1", reply.headers["content-disposition"])
+    assert re.fullmatch(
+        r'attachment; filename="(evaluation-set-proj-\d{8}T\d{6}Z\.json)"; '
+        r"filename\*=UTF-8''\1",
+        reply.headers["content-disposition"],
+    )
     assert reply.content == dump(reply.json())  # canonical JSON and a newline, as `memcore eval export` writes
     document, expected = reply.json(), json.loads(context.engine.export_evaluation_set(project_id="proj"))
     document.pop("exported_at"), expected.pop("exported_at")
@@ -264,12 +331,26 @@ def test_export_downloads_the_canonical_fixture(http: TestClient, ui: Secrets, c
     assert http.get("/ui/api/export?project_id=other").json()["cases"] == []  # scoped to the project
     everything = http.get("/ui/api/export")
     assert everything.status_code == 200 and len(everything.json()["cases"]) == 1
-    assert re.fullmatch(r'attachment; filename="evaluation-set-\d{8}T\d{6}Z\.json"; filename\*=.*',
-                        everything.headers["content-disposition"])
+    assert re.fullmatch(
+        r'attachment; filename="evaluation-set-\d{8}T\d{6}Z\.json"; filename\*=.*',
+        everything.headers["content-disposition"],
+    )
 
 
-@pytest.mark.parametrize("project_id", ['a";filename=evil.exe', "a\r\nset-cookie: x=1", "Proj", "caf\u00e9",
-                                        "\u6f22\u5b57", "\u202egpj.exe", "a/../b", "x" * 64, "-a"])
+@pytest.mark.parametrize(
+    "project_id",
+    [
+        'a";filename=evil.exe',
+        "a\r\nset-cookie: x=1",
+        "Proj",
+        "caf\u00e9",
+        "\u6f22\u5b57",
+        "\u202egpj.exe",
+        "a/../b",
+        "x" * 64,
+        "-a",
+    ],
+)
 def test_export_refuses_a_project_id_that_is_not_one(http: TestClient, ui: Secrets, project_id: str) -> None:
     signed_in(http, ui)
     reply = http.get("/ui/api/export", params={"project_id": project_id})
@@ -291,8 +372,16 @@ def test_export_of_an_unknown_project_is_404_and_a_removed_ones_cases_still_expo
     assert kept.status_code == 200 and len(kept.json()["cases"]) == 1
 
 
-@pytest.mark.parametrize("name", ["evaluation-set-proj.json", 'a";filename=evil.exe', "caf\u00e9 \u6f22.json",
-                                  "back\\slash%20.json", "line\r\nbreak"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "evaluation-set-proj.json",
+        'a";filename=evil.exe',
+        "caf\u00e9 \u6f22.json",
+        "back\\slash%20.json",
+        "line\r\nbreak",
+    ],
+)
 def test_content_disposition_has_one_filename_and_its_exact_name(name: str) -> None:
     from urllib.parse import unquote
 
@@ -364,8 +453,14 @@ def test_the_ui_port_is_loopback_only_and_a_taken_one_is_a_clear_error() -> None
 
 def test_ui_json_is_private_and_removed_only_by_its_daemon(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    info = launch.UiInfo(url="http://127.0.0.1:1/?token=secret-token", base_url="http://127.0.0.1:1/", port=1,
-                         token="secret-token", pid=os.getpid(), started_at="now")
+    info = launch.UiInfo(
+        url="http://127.0.0.1:1/?token=secret-token",
+        base_url="http://127.0.0.1:1/",
+        port=1,
+        token="secret-token",
+        pid=os.getpid(),
+        started_at="now",
+    )
     path = launch.write_ui_info(home, info)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700

@@ -6,7 +6,8 @@
 import {
   ApiError, call, clear, fill, errorBox, facts, fmtNum, fmtTime, h, link, say, short, table, unsay,
 } from "./lib.js";
-import { METRICS, VARIANTS } from "./evaluation.js";
+import { VARIANTS } from "./evaluation.js";
+import { METRICS } from "./metrics.js";
 
 const GRADES = [0, 1, 2, 3];
 const GRADE_HELP = { 0: "not relevant", 1: "marginally relevant", 2: "relevant", 3: "highly relevant" };

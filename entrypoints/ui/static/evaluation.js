@@ -3,6 +3,7 @@
 
 import { groupedBars, hbars, intervals } from "./charts.js";
 import { learningPanel } from "./learning.js";
+import { METRICS, RETURNED_METRICS } from "./metrics.js";
 import { tuningPanel } from "./tuning.js";
 import {
   ApiError, call, callText, clear, download, fill, errorBox, fmtMs, fmtNum, fmtTime, h, link, say, table,
@@ -17,16 +18,6 @@ export const VARIANTS = [
   ["b4_reranked", "B4 reranked"],
 ];
 const VARIANT_LABEL = Object.fromEntries(VARIANTS);
-export const METRICS = [
-  ["recall@20", "Recall@20"], ["ndcg@10", "nDCG@10"], ["mrr", "MRR"],
-  ["resource_diversity@10", "Diversity@10"], ["scope_violation@20", "Scope violation@20"], ["stale_result@20", "Stale result@20"],
-];
-// What the source Run returned to the agent (its selected fragments, B4's order): docs/evaluation.md.
-export const RETURNED_METRICS = [
-  ["wasted_tokens", "Wasted tokens", "tokens returned on units judged 0 (mean per case; cases without any judgment excluded)", 1],
-  ["relevant_per_1k_tokens", "Relevant items per 1,000 tokens", "relevant items earned by the returned text per 1,000 of its tokens (cases without a relevant item or without returned tokens excluded)", 2],
-  ["changed_unit_reuse", "Reuse that skipped a changed unit", "reuse decisions whose resource the frozen corpus lacks or holds under another hash (mean per case)", 2],
-];
 const MISSED = {
   never_retrieved: "never retrieved (no unit in the fused recall set)",
   lost_in_fusion: "lost in fusion (ranked, but outside the rerank window)",
@@ -63,14 +54,14 @@ function metricTable(level, latency) {
     const m = level.variants[v] || {};
     const lat = latency && latency.variants ? latency.variants[v] : null;
     return h("tr", { "data-variant": v }, h("th", { scope: "row" }, label),
-      METRICS.map(([k]) => {
+      METRICS.map(([k, , , digits]) => {
         const cell = m[k] || {};
         return h("td", { class: "num", title: cell.excluded ? `${cell.counted} counted, ${cell.excluded} excluded` : null },
-          fmtNum(cell.mean, 3));
+          fmtNum(cell.mean, digits));
       }),
       h("td", { class: "num" }, lat ? fmtMs(lat.p50) : "—"), h("td", { class: "num" }, lat ? fmtMs(lat.p95) : "—"));
   });
-  return table(["Variant", ...METRICS.map(([, label]) => ({ text: label, num: true })),
+  return table(["Variant", ...METRICS.map(([, label, help]) => ({ text: label, num: true, title: help })),
     { text: "Warm p50", num: true }, { text: "Warm p95", num: true }], rows, { id: "benchmark", "aria-label": "B1–B4 benchmark" });
 }
 
