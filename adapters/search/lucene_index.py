@@ -354,6 +354,7 @@ class LuceneSearcher:
         self._state = threading.Condition()
         self._in_flight = 0
         self._closed = False
+        self._top_hits = _TopHits(java_searcher)
 
     def search(self, query: str, depth: int) -> list[Hit]:
         """The ``depth`` best units for ``query``, best first; [] when no query term is indexed."""
@@ -372,8 +373,8 @@ class LuceneSearcher:
             self._in_flight += 1
         try:
             jvm.attach_current_thread()
-            hits = _java("read", self._directory, lambda: self._java.search(text, depth))
-            return [(_unit_id(h.docid), float(h.score)) for h in hits]
+            docids, scores = _java("read", self._directory, lambda: self._top_hits(text, depth))
+            return [(_unit_id(d), float(s)) for d, s in zip(docids, scores, strict=True)]
         finally:
             with self._state:
                 self._in_flight -= 1
@@ -388,6 +389,37 @@ class LuceneSearcher:
                 self._state.wait()
         jvm.attach_current_thread()
         self._java.close()
+
+
+class _TopHits:
+    """``SimpleSearcher.search(text, depth)``'s hits as two arrays (docids, scores), the same ones:
+    Anserini's bag-of-words query over ``contents`` with the searcher's analyzer, its sort (score,
+    then docid), ``ScoredDocs.fromTopDocs`` and its one reranker, ``ScoreTiesAdjusterReranker``
+    (a SimpleSearcher without RM3 or Rocchio, as this adapter always opens it). Why not the call
+    itself: it returns one Java ``ScoredDoc`` per hit, and pyjnius wraps each and reads its two
+    fields one JNI call at a time, about 1 ms of a depth-100 search's 2.3 ms; the arrays cross in
+    two calls (issue 32 item 3, docs/performance.md, *Through the daemon, on short queries*)."""
+
+    def __init__(self, java_searcher: Any) -> None:
+        jnius = jvm.ensure_jvm()
+        fields = jnius.autoclass("org.apache.commons.lang3.reflect.FieldUtils")  # as _index_writer reads one
+        self._searcher = jnius.cast(
+            "org.apache.lucene.search.IndexSearcher", fields.readField(java_searcher, "searcher", True)
+        )
+        simple = jnius.autoclass("java.lang.Class").forName("io.anserini.search.SimpleSearcher")
+        self._sort = jnius.cast(
+            "org.apache.lucene.search.Sort", fields.readStaticField(simple, "BREAK_SCORE_TIES_BY_DOCID", True)
+        )
+        self._analyzer = java_searcher.get_analyzer()
+        self._query = jnius.autoclass("io.anserini.search.query.BagOfWordsQueryGenerator")()
+        self._scored = jnius.autoclass("io.anserini.search.ScoredDocs")
+        self._ties = jnius.autoclass("io.anserini.rerank.lib.ScoreTiesAdjusterReranker")()
+
+    def __call__(self, text: str, depth: int) -> tuple[list[str], list[float]]:
+        query = self._query.buildQuery("contents", self._analyzer, text)
+        top = self._searcher.search(query, depth, self._sort, True)
+        hits = self._ties.rerank(self._scored.fromTopDocs(top, self._searcher), None)  # it reads no context
+        return hits.docids, hits.scores
 
 
 def _docid(unit_id: str) -> str:
