@@ -5,15 +5,21 @@ fixture as ``metric_conventions``):
 
 - Variants rank the same source trace four ways: B1 ``lexical_rank`` (exact matches, then BM25),
   B2 ``dense_rank``, B3 ``rrf_rank``, B4 ``final_rank``. A candidate without a rank in that stage
-  is absent from B1 and B2.
+  is absent from B1 and B2. Beside them, one variant per registered fusion (``fusion_<name>``,
+  ``retrieval.fusion.FUSIONS`` at its registered parameters): the fusion scores the source Run's
+  recorded rerank window (its candidates with a rerank rank) from their recorded BM25 score,
+  cosine, exact rank and RRF score, the window is ordered by that score (ties in RRF order) and
+  the rest follows in RRF order, as ``apply_rerank`` orders it; so every fusion is compared with
+  what the Run returned on the same candidates without running retrieval again.
 - Recall@20, nDCG@10 and MRR follow ``memory_core.evaluation.metrics`` at both levels; a case without any
   relevant item is excluded from their means and counted (``excluded``). Resource Diversity@10,
   Scope Violation@20 and Stale Result@20 need no judgment: every case with a non-empty ranking
   counts. At resource level they are taken over the resource ranking (first unit of each resource).
 - Latency: warm Runs only; nearest-rank p50/p95 per stage and per variant, a variant's latency
   being the sum of the stages it needs (``Variant.stages``) in each Run.
-- B4 is compared with B1-B3 on nDCG@10 over the judged cases: mean difference, paired percentile
-  bootstrap 95 % interval and a paired sign-flip randomization p-value (seeded, deterministic).
+- B4 is compared with B1-B3 and every fusion variant on nDCG@10 over the judged cases: mean
+  difference, paired percentile bootstrap 95 % interval and a paired sign-flip randomization
+  p-value (seeded, deterministic).
   Under ``MIN_CASES_FOR_INTERVAL`` paired cases the interval and p-value are null and
   ``interval_reason`` says why: with n cases the sign-flip p cannot go below 2^(1-n), so under 6
   it can never reach 0.05, and a bootstrap of one case is a zero-width "interval".
@@ -48,6 +54,7 @@ from memory_core.evaluation.statistics import (
     percentile_nearest_rank,
     summarize,
 )
+from memory_core.retrieval.fusion import FUSIONS
 from memory_core.runs.records import CandidateRecord
 
 REPORT_VERSION = 1
@@ -61,17 +68,21 @@ class Variant:
     label: str
     rank_field: str
     stages: tuple[str, ...]
+    fusion: str | None = None  # a registered fusion rescoring the recorded window (module docstring)
 
 
 _LEXICAL = ("exact", "bm25")
 _DENSE = ("embed_query", "dense")
-VARIANTS = (
+_RERANKED = (*_LEXICAL, *_DENSE, "fusion", "rerank")
+STAGE_VARIANTS = (
     Variant("b1_bm25", "B1", "lexical_rank", _LEXICAL),
     Variant("b2_dense_vector", "B2", "dense_rank", _DENSE),
     Variant("b3_hybrid_rrf", "B3", "rrf_rank", (*_LEXICAL, *_DENSE, "fusion")),
-    Variant("b4_reranked", "B4", "final_rank", (*_LEXICAL, *_DENSE, "fusion", "rerank")),
+    Variant("b4_reranked", "B4", "final_rank", _RERANKED),
 )
-BASELINE = VARIANTS[3]
+FUSION_VARIANTS = tuple(Variant(f"fusion_{name}", name, "rrf_rank", _RERANKED, fusion=name) for name in FUSIONS)
+VARIANTS = (*STAGE_VARIANTS, *FUSION_VARIANTS)
+BASELINE = STAGE_VARIANTS[3]
 VARIANT_NAMES = tuple(v.name for v in VARIANTS)
 LEVELS = (MetricLevel.UNIT, MetricLevel.RESOURCE)
 
@@ -139,10 +150,54 @@ class CaseInput:
     corpus_hashes: Mapping[str, str]  # resource_id -> frozen resource hash
 
 
+@attrs.frozen
+class _WindowInput:
+    """What a fusion reads of a recorded candidate (``RerankInput``); no fusion reads the text."""
+
+    record: CandidateRecord
+    text: str = ""
+
+    @property
+    def heading_path(self) -> tuple[str, ...]:
+        return self.record.heading_path
+
+    @property
+    def exact_rank(self) -> int | None:
+        return self.record.exact_rank
+
+    @property
+    def bm25_score(self) -> float | None:
+        return self.record.bm25_score
+
+    @property
+    def dense_similarity(self) -> float | None:
+        return self.record.dense_similarity
+
+    @property
+    def rrf_score(self) -> float:
+        return self.record.rrf_score
+
+    @property
+    def resource_id(self) -> str:
+        return self.record.resource_id
+
+
+def _fused(candidates: Iterable[CandidateRecord], fusion: str) -> list[CandidateRecord]:
+    """``apply_rerank``'s order with ``fusion`` scoring the recorded window (module docstring)."""
+    fused = sorted(candidates, key=lambda c: c.rrf_rank)
+    window = [c for c in fused if c.rerank_rank is not None]
+    scores = FUSIONS[fusion]().rerank("", [_WindowInput(c) for c in window]) if window else []
+    by_score = sorted(range(len(window)), key=lambda i: (-scores[i], window[i].rrf_rank))
+    return [window[i] for i in by_score] + [c for c in fused if c.rerank_rank is None]
+
+
 def variant_ranking(candidates: Iterable[CandidateRecord], variant: Variant) -> list[RankedItem]:
     """The units a variant ranks, in its order; a candidate without that stage's rank is absent."""
-    ranked = [c for c in candidates if getattr(c, variant.rank_field) is not None]
-    ranked.sort(key=lambda c: (getattr(c, variant.rank_field), c.final_rank))
+    if variant.fusion is not None:
+        ranked = _fused(candidates, variant.fusion)
+    else:
+        ranked = [c for c in candidates if getattr(c, variant.rank_field) is not None]
+        ranked.sort(key=lambda c: (getattr(c, variant.rank_field), c.final_rank))
     return [RankedItem(c.unit_id, c.resource_id, c.resource_hash) for c in ranked]
 
 
@@ -357,7 +412,7 @@ def too_few_cases(n: int) -> str:
 def _comparisons(per_case: Mapping[str, CaseMetrics], level: str, resamples: int) -> tuple[Comparison, ...]:
     judged = [m for m in per_case.values() if m[level][BASELINE.name][NDCG] is not None]
     out = []
-    for other in VARIANTS[:3]:
+    for other in (v for v in VARIANTS if v is not BASELINE):
         if not judged:
             out.append(Comparison(BASELINE.name, other.name, NDCG, 0, None, None, None, None, "no judged case"))
             continue

@@ -50,12 +50,14 @@ from memory_core.evaluation.metrics import MetricLevel, RankedItem, resource_ran
 from memory_core.evaluation.report import (
     CUT_AT_SELECTION,
     DEMOTED_BY_RERANKER,
+    FUSION_VARIANTS,
     LOST_IN_FUSION,
     NEVER_RETRIEVED,
     VARIANTS,
     variant_ranking,
 )
 from memory_core.evaluation.statistics import paired_bootstrap, paired_randomization_p
+from memory_core.retrieval.fusion import DEFAULT_FUSION, FUSIONS
 from memory_core.runs.records import FAILED, CandidateRecord
 from memory_core.services import fixtures
 from memory_core.services.beir_import import EngineWorkspace, import_beir
@@ -481,7 +483,9 @@ def test_b4_is_compared_with_each_variant_by_a_paired_bootstrap(world: World) ->
     for level in ("unit", "resource"):
         judged = [m[level] for m in report.per_case.values() if m[level]["b4_reranked"]["ndcg@10"] is not None]
         comparisons = {c.other: c for c in report.level(level).comparisons}
-        assert set(comparisons) == {"b1_bm25", "b2_dense_vector", "b3_hybrid_rrf"}
+        assert set(comparisons) == {"b1_bm25", "b2_dense_vector", "b3_hybrid_rrf"} | {
+            f"fusion_{name}" for name in FUSIONS
+        }
         for other, c in comparisons.items():
             a = [m["b4_reranked"]["ndcg@10"] for m in judged]
             b = [m[other]["ndcg@10"] or 0.0 for m in judged]
@@ -824,6 +828,27 @@ def test_report_values_equal_trec_eval_on_each_variants_run(seed: int, data: st.
             for trec_name, ours in measures.items():
                 expected = trec.get(trec_name, 0.0)
                 assert report.per_case[case_id][level][variant.name][ours] == pytest.approx(expected, abs=1e-9)
+
+
+def test_each_registered_fusion_is_a_variant_ranking_the_recorded_window(world: World) -> None:
+    """The engine ranks with the default fusion, so its variant gives B4's numbers back on every
+    case, and ``rrf`` keeps the fused order (B3's); the others rank the same window their own way."""
+    for q in range(8):
+        case = world.service.create_case(world.activate(f"{TOPICS[q % 10]} {TOPICS[(q * 3) % 10]} step"))
+        units = world.service.get_trace(case.case_id).candidates
+        world.service.replace_judgments(
+            case.case_id, 0, [Judgment.unit(c.unit_id, (i * 7 + q) % 4) for i, c in enumerate(units[:6])]
+        )
+    report = world.service.report()
+    for level in ("unit", "resource"):
+        assert set(report.level(level).variants) >= {f"fusion_{name}" for name in FUSIONS}
+        for metrics in report.per_case.values():
+            assert metrics[level][f"fusion_{DEFAULT_FUSION}"] == metrics[level]["b4_reranked"]
+            assert metrics[level]["fusion_rrf"] == metrics[level]["b3_hybrid_rrf"]
+    trace = world.service.get_trace(world.service.list_cases()[0].case_id)
+    window = [c.unit_id for c in sorted(trace.candidates, key=lambda c: c.rrf_rank) if c.rerank_rank is not None]
+    minmax = [i.unit_id for i in variant_ranking(trace.candidates, FUSION_VARIANTS[2])]
+    assert FUSION_VARIANTS[2].fusion == "convex_minmax" and sorted(minmax[: len(window)]) == sorted(window)
 
 
 def test_too_few_cases_give_no_interval_and_say_why(world: World) -> None:

@@ -102,16 +102,21 @@ def digest(document: object) -> str:
 
 
 def without_returned(document: Any) -> Any:
-    """The document without B4's metrics of what the agent was given (issue 18 item 5, added
-    after these digests were taken): the rest must still be exactly the old document."""
+    """The document without B4's metrics of what the agent was given (issue 18 item 5) and without
+    the fusion variants (issue 32), both added after these digests were taken: the rest must
+    still be exactly the old document."""
     if isinstance(document, list):
-        return [without_returned(v) for v in document]
+        return [without_returned(v) for v in document if not _fusion_comparison(v)]
     if not isinstance(document, dict):
         return document
-    out = {k: without_returned(v) for k, v in document.items()}
+    out = {k: without_returned(v) for k, v in document.items() if not k.startswith("fusion_")}
     if isinstance(out.get("b4_reranked"), dict):
         out["b4_reranked"] = {k: v for k, v in out["b4_reranked"].items() if k not in RETURNED_METRICS}
     return out
+
+
+def _fusion_comparison(value: Any) -> bool:
+    return isinstance(value, dict) and str(value.get("other", "")).startswith("fusion_")
 
 
 def without_passages(detail: dict[str, Any]) -> dict[str, Any]:
