@@ -32,6 +32,7 @@ LAYERS = (
     ("evaluation",),
     ("ports",),
     ("services",),
+    ("operations",),  # the table of operations: each use case declared once, over the services
     ("adapters",),
     ("entrypoints.bootstrap",),  # the composition root
     ("entrypoints",),
@@ -79,6 +80,7 @@ def test_the_layer_checker_sees_an_upward_import() -> None:
     assert layer_of("memory_core.entrypoints.bootstrap") == LAYERS.index(("entrypoints.bootstrap",))
     assert layer_of("memory_core.entrypoints.cli.main") == len(LAYERS) - 2
     assert layer_of("memory_core.services.engine") > layer_of("memory_core.ports.runs")  # type: ignore[operator]
+    assert layer_of("memory_core.operations.projects") > layer_of("memory_core.services.engine")  # type: ignore[operator]
 
 
 def imported_modules(path: Path) -> set[str]:

@@ -141,9 +141,22 @@ class ClientEngine:
 def _forward_the_tables_operations() -> None:
     """``ClientEngine.<engine>`` for each operation of the table that says which Engine method it
     serves: a new one needs no line here."""
-    for method in dispatch.METHODS:
-        if method.engine is not None and method.engine not in vars(ClientEngine):
-            setattr(ClientEngine, method.engine, Forward(getattr(DaemonClient, method.name)))
+    for name, engine_name in _SAME_AS_THE_ENGINE.items():
+        if engine_name not in vars(ClientEngine):
+            setattr(ClientEngine, engine_name, Forward(getattr(DaemonClient, dispatch.lookup(name).name)))
+
+
+# The operations that answer as the Engine method of this name does (interim: see issue 31).
+_SAME_AS_THE_ENGINE = {
+    "list_projects": "list_projects", "show_project": "show_project", "remove_project": "remove_project",
+    "show_project_storage": "project_storage", "clear_project_storage": "clear_project_storage",
+    "list_retrieval_runs": "list_runs", "get_retrieval_run": "get_run",
+    "create_evaluation_case": "create_evaluation_case", "replace_evaluation_judgments": "replace_evaluation_judgments",
+    "import_evaluation_set": "import_evaluation_set", "show_project_profile": "project_profile",
+    "set_project_profile": "set_project_profile", "restore_project_profile": "restore_project_profile",
+    "tune_project": "tune_project", "list_tunings": "tunings", "learn_project": "learn_project",
+    "list_learnings": "learnings", "set_profile_from_learning": "set_profile_from_learning",
+}
 
 
 _forward_the_tables_operations()

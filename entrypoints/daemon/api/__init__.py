@@ -7,7 +7,8 @@ is strict: wrong JSON types are rejected, never coerced (cattrs would turn ``5``
 and unknown fields are errors.
 
 One import name, ``api``, for the whole contract; its parts are modules of their own:
-``requests`` (what each method takes), ``responses`` (what the engine has no value for),
+the request and response types of each operation, declared in the core beside it
+(``memory_core.operations``) and re-exported here, ``responses`` (the daemon's own answers),
 ``shapes`` (schema keywords and wire forms beyond plain attrs records, shared by the converter
 and the OpenAPI builder) and ``converter``. This module holds the version, the limits, the
 transport's errors and the status of every code.
@@ -33,8 +34,6 @@ API_VERSION = "1.5.0"  # 1.1: Evaluation Set methods; 1.2: Project Local Storage
 # 1.3: ranking profiles and tuning, candidate spans and passages (issue 18); 1.4: an activation's
 # notices (issue 30); 1.5: list_jobs and cancel_job (issue 31)
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a 10,000-unit activation state is about 0.9 MiB
-# import_evaluation_set carries whole fixtures (corpus bodies included): its own, larger limit.
-MAX_IMPORT_BODY_BYTES = 256 << 20
 
 
 # -- errors the transport adds to the domain's ------------------------------------------------
@@ -123,6 +122,10 @@ STATUS_BY_CODE: dict[str, int] = {
     "tuning_not_found": 404,
     "learning_not_found": 404,
     "learned_model_refused": 422,
+    # The model registry (memory_core.domain.model_registry_errors, issue 33).
+    "model_not_found": 404,
+    "model_exists": 409,
+    "model_in_use": 409,
 }
 
 
@@ -176,62 +179,66 @@ class ErrorEnvelope:
 
 # The parts, under the one name (imported last: they use nothing of the above but their own).
 from memory_core.entrypoints.daemon.api.converter import make_converter, structure, unstructure  # noqa: E402
-from memory_core.entrypoints.daemon.api.requests import (  # noqa: E402
-    MAX_CORPUS_PAGE,
-    MAX_SEARCH_CHARS,
-    MAX_WAIT_FOR_INDEX_MS,
-    RUN_STATUSES,
-    ActivateMemoryRequest,
-    AddProjectRequest,
-    CancelJobRequest,
-    ClearProjectStorageRequest,
-    ClearRetrievalRunsRequest,
+from memory_core.entrypoints.daemon.api.responses import RuntimeStatus, RuntimeStatusRequest  # noqa: E402
+from memory_core.entrypoints.daemon.api.shapes import COMPUTED, DOCUMENT_SCHEMAS, SCHEMA_EXTRA  # noqa: E402
+from memory_core.operations.evaluation import (  # noqa: E402
+    MAX_IMPORT_BODY_BYTES,
+    CaseMetricsWire,
     CreateEvaluationCaseRequest,
+    EvaluationCaseDetail,
+    EvaluationCaseList,
     EvaluationFixture,
+    EvaluationReport,
     EvaluationReportRequest,
     ExportEvaluationSetRequest,
     GetEvaluationCaseRequest,
-    GetRetrievalRunRequest,
     ImportEvaluationSetRequest,
-    IndexProjectRequest,
     JudgmentInput,
-    LearnProjectRequest,
     ListEvaluationCasesRequest,
-    ListJobsRequest,
-    ListLearningsRequest,
-    ListProjectsRequest,
-    ListRetrievalRunsRequest,
-    ListTuningsRequest,
     MarkEvaluationReviewedRequest,
-    MoveProjectStorageRequest,
-    RemoveProjectRequest,
+    MissedEvidenceSummary,
     ReplaceEvaluationJudgmentsRequest,
-    RestoreProjectProfileRequest,
-    RuntimeStatusRequest,
     SearchCorpusResourcesRequest,
+)
+from memory_core.operations.jobs import CancelJobRequest, JobList, ListJobsRequest  # noqa: E402
+from memory_core.operations.profiles import (  # noqa: E402
+    LearningList,
+    LearnProjectRequest,
+    ListLearningsRequest,
+    ListTuningsRequest,
+    RestoreProjectProfileRequest,
     SetProfileFromLearningRequest,
     SetProjectProfileRequest,
     ShowProjectProfileRequest,
-    ShowProjectRequest,
-    ShowProjectStorageRequest,
     TuneProjectRequest,
-)
-from memory_core.entrypoints.daemon.api.responses import (  # noqa: E402
-    MATCH_KINDS,
-    CaseMetricsWire,
-    CorpusResourceMatch,
-    CorpusResourcePage,
-    EvaluationCaseDetail,
-    EvaluationCaseList,
-    EvaluationReport,
-    JobList,
-    LearningList,
-    MissedEvidenceSummary,
-    ProjectList,
-    RuntimeStatus,
     TuningList,
 )
-from memory_core.entrypoints.daemon.api.shapes import COMPUTED, DOCUMENT_SCHEMAS, SCHEMA_EXTRA  # noqa: E402
+from memory_core.operations.projects import (  # noqa: E402
+    AddProjectRequest,
+    ClearProjectStorageRequest,
+    IndexProjectRequest,
+    ListProjectsRequest,
+    MoveProjectStorageRequest,
+    ProjectList,
+    RemoveProjectRequest,
+    ShowProjectRequest,
+    ShowProjectStorageRequest,
+)
+from memory_core.operations.runs import (  # noqa: E402
+    MAX_WAIT_FOR_INDEX_MS,
+    RUN_STATUSES,
+    ActivateMemoryRequest,
+    ClearRetrievalRunsRequest,
+    GetRetrievalRunRequest,
+    ListRetrievalRunsRequest,
+)
+from memory_core.services.corpus_search import (  # noqa: E402
+    MATCH_KINDS,
+    MAX_CORPUS_PAGE,
+    MAX_SEARCH_CHARS,
+    CorpusResourceMatch,
+    CorpusResourcePage,
+)
 
 __all__ = [
     "API_VERSION",

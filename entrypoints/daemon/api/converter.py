@@ -15,9 +15,9 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 from memory_core.domain.canonical import plain
 from memory_core.domain.errors import InvalidRequest, MemoryCoreError
 from memory_core.domain.evaluation_errors import InvalidJudgments
-from memory_core.entrypoints.daemon.api.requests import JudgmentInput
 from memory_core.entrypoints.daemon.api.shapes import COMPUTED, DOCUMENT_SCHEMAS
 from memory_core.evaluation.cases import parse_judgments
+from memory_core.operations.evaluation import JudgmentInput
 from memory_core.retrieval.activation_state import ActivationState
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from memory_core.domain.model import ManifestEntry
-from memory_core.entrypoints.daemon.api.requests import EvaluationFixture, JudgmentInput
 from memory_core.evaluation.cases import PROVENANCES, Case, Corpus, Judgment, JudgmentSet
 from memory_core.evaluation.fixture import FORMAT, FORMAT_VERSION
 from memory_core.evaluation.metrics import MAX_RELEVANCE
 from memory_core.evaluation.passages import PASSAGE_STATUSES, CandidatePassage, TextPassage
+from memory_core.operations.evaluation import EvaluationFixture, JudgmentInput
 from memory_core.runs.records import CandidateRecord
 from memory_core.services.corpus_search import MATCH_KINDS, CorpusResourceMatch
 
