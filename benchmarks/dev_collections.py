@@ -51,6 +51,10 @@ DEPTH = 100
 RRF_K = 60
 FIELDS = ("exact_rank", "bm25_rank", "bm25_score", "lexical_rank", "dense_rank", "dense_similarity", "rrf_rank")
 UNION = 1_000  # a rerank depth past every fused set here (<= 200 units): the union of both lists
+# The resource-level lexical list (issue 32 item 1): Lucene BM25 (the product's adapter and
+# analysis) over each resource's whole text, deep enough to score every recorded candidate's resource.
+RESOURCE_DEPTH = 1_000
+RESOURCE_BM25 = (0.25, 0.5, 0.75, 1.0)  # the weights of the whole-resource score measured
 
 
 def grid() -> list[tuple[dict[str, Any], int]]:
@@ -63,6 +67,9 @@ def grid() -> list[tuple[dict[str, Any], int]]:
                 out.append(({"fusion": "convex_floor", "alpha": a, "resource_weight": rw}, depth))
                 out.append(({"fusion": "convex_minmax", "alpha": a, "resource_weight": rw}, depth))
                 out.append(({"fusion": "dbsf", "alpha": a, "resource_weight": rw}, depth))
+    for rb in RESOURCE_BM25[:3]:  # the resource-level lexical list, in the default's window
+        for a in alphas:
+            out.append(({"fusion": "convex_floor", "alpha": a, "resource_bm25": rb}, 50))
     return out
 
 
@@ -149,6 +156,35 @@ def record(name: str, work: Path) -> dict[str, Any]:
     return recorded
 
 
+def resource_lexical(name: str, work: Path, recorded: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Per query, the whole-resource BM25 of the top ``RESOURCE_DEPTH`` resources (by document id),
+    from a Lucene index the product's adapter builds over one document per resource (kept in ``work``)."""
+    saved = work / f"{name}-resource-bm25.pkl"
+    if saved.exists():
+        with saved.open("rb") as f:
+            kept: dict[str, dict[str, float]] = pickle.load(f)  # our own file, written below
+        return kept
+    from benchmarks.cranfield_quality import Cranfield, doc_id
+    from memory_core.adapters.search.lucene_index import LuceneIndexFactory
+
+    root, split = COLLECTIONS[name]
+    col = Collection.load(root, split)
+    factory = LuceneIndexFactory()
+    directory = work / f"resource-lucene-{name}"
+    factory.build(directory, Cranfield(col.documents, col.queries, col.qrels).whole_document_units())
+    searcher = factory.open(directory)
+    try:
+        out = {}
+        for q in recorded["qids"]:
+            hits = searcher.search(col.queries[q], RESOURCE_DEPTH)
+            out[q] = {doc_id(uid.rpartition("#")[0]): score for uid, score in hits}
+    finally:
+        searcher.close()
+    with saved.open("wb") as f:
+        pickle.dump(out, f)
+    return out
+
+
 # -- offline ranking with the registered fusions --------------------------------------------------
 @attrs.define(slots=True)
 class Recorded:
@@ -165,16 +201,19 @@ class Recorded:
     rrf_score: float
     text: str = ""
     heading_path: tuple[str, ...] = ()
+    resource_bm25_score: float | None = None
 
 
-def candidates(rows: Sequence[Sequence[Any]]) -> list[Recorded]:
+def candidates(rows: Sequence[Sequence[Any]], resource_bm25: Mapping[str, float] | None = None) -> list[Recorded]:
     """In RRF order (the fusion stage's), as the pipeline hands them to the reranker."""
     from memory_core.retrieval.pipeline import rrf_score
 
     out = []
     for uid, doc, exact_rank, _bm25_rank, bm25_score, lexical_rank, dense_rank, sim, rrf_rank in rows:
         score = rrf_score(lexical_rank, dense_rank, RRF_K)
-        out.append(Recorded(uid, doc, exact_rank, bm25_score, sim, lexical_rank, dense_rank, rrf_rank, score))
+        whole = None if resource_bm25 is None else resource_bm25.get(doc)
+        out.append(Recorded(uid, doc, exact_rank, bm25_score, sim, lexical_rank, dense_rank, rrf_rank, score,
+                            resource_bm25_score=whole))  # fmt: skip
     return sorted(out, key=lambda c: c.rrf_rank)
 
 
@@ -206,12 +245,16 @@ def peer_orders(peer: Mapping[str, Sequence[tuple[str, float]]]) -> dict[str, li
 class Graded:
     """Per-query measures of any ranking of one collection's recorded queries."""
 
-    def __init__(self, recorded: Mapping[str, Any]) -> None:
+    def __init__(
+        self, recorded: Mapping[str, Any], resource_bm25: Mapping[str, Mapping[str, float]] | None = None
+    ) -> None:
         from benchmarks.cranfield_quality import TrecEval
 
         self.qids: list[str] = list(recorded["qids"])
         self.trec = TrecEval(recorded["qrels"])
-        self.cases = {q: candidates(rows) for q, rows in recorded["acts"].items()}
+        whole = resource_bm25 or {}
+        self.cases = {q: candidates(rows, whole.get(q, {}) if resource_bm25 else None)
+                      for q, rows in recorded["acts"].items()}  # fmt: skip
         self.peer = {q: peer_orders(p) for q, p in recorded["peer"].items()}
 
     def per_query(self, rankings: Mapping[str, Sequence[str]]) -> dict[str, list[float]]:
@@ -260,7 +303,10 @@ def run(quick: bool = False) -> dict[str, Any]:
     with scratch_dir(NAME) as tmp:
         work = Path(given) if given else tmp
         work.mkdir(parents=True, exist_ok=True)
-        graded = {n: Graded(record(n, work)) for n in names}
+        graded = {}
+        for n in names:
+            recorded = record(n, work)
+            graded[n] = Graded(recorded, resource_lexical(n, work, recorded))
     default = fusion_from_settings({})  # the shipped default: DEFAULT_FUSION at its defaults
     variants: dict[str, dict[str, dict[str, list[float]]]] = {}
     for n, g in graded.items():
@@ -269,6 +315,10 @@ def run(quick: bool = False) -> dict[str, Any]:
         for fname in FUSIONS:
             rows[f"fusion {fname}"] = g.fusion(FUSIONS[fname](), shipped_depth)
             rows[f"fusion {fname}, union window"] = g.fusion(FUSIONS[fname](), UNION)
+        for weight in RESOURCE_BM25:  # item 1: the resource-level lexical list blended into the default
+            rows[f"B4 + resource BM25 {weight:g}"] = g.fusion(
+                fusion_from_settings({"resource_bm25": weight}), shipped_depth
+            )
         rows["peer RRF"] = g.peers("peer_rrf")
         rows["peer convex"] = g.peers("peer_convex")
         variants[n] = rows
@@ -295,10 +345,12 @@ def run(quick: bool = False) -> dict[str, Any]:
         "default": {"fusion": DEFAULT_FUSION, "revision": default.revision, "rerank_depth": shipped_depth},
         "grid_size": len(settings),
         "held_out": held_out,
-        "best_worst_case": {"setting": overall, "gains": {n: gains[n][overall] for n in names},
-                            "vs_b4": {n: compare(scored[n][overall], variants[n]["B4"]) for n in names},
-                            "vs_peer_convex": {n: compare(scored[n][overall], variants[n]["peer convex"])
-                                               for n in names}},  # fmt: skip
+        "best_worst_case": {
+            "setting": overall,
+            "gains": {n: gains[n][overall] for n in names},
+            "vs_b4": {n: compare(scored[n][overall], variants[n]["B4"]) for n in names},
+            "vs_peer_convex": {n: compare(scored[n][overall], variants[n]["peer convex"]) for n in names},
+        },  # fmt: skip
     }
     for n, rows in variants.items():
         result["collections"][n] = {
@@ -307,6 +359,9 @@ def run(quick: bool = False) -> dict[str, Any]:
             "vs_b4": {v: compare(pq, rows["B4"]) for v, pq in rows.items() if v != "B4"},
             "b4_vs_peer_convex": compare(rows["B4"], rows["peer convex"]),
             "b4_vs_peer_rrf": compare(rows["B4"], rows["peer RRF"]),
+            "resource_bm25_vs_peer_convex": {
+                f"{w:g}": compare(rows[f"B4 + resource BM25 {w:g}"], rows["peer convex"]) for w in RESOURCE_BM25
+            },  # fmt: skip
         }
     return write_result(NAME, result)
 
@@ -340,6 +395,11 @@ def render(result: dict[str, Any]) -> str:
             cells = [_ci(d[k]) for k in MEASURES] if d else ["", "", ""]
             lines.append(f"| {v} | {m[0]:.3f} | {m[1]:.3f} | {m[2]:.3f} | " + " | ".join(cells) + " |")
         convex, rrf = c["b4_vs_peer_convex"], c["b4_vs_peer_rrf"]
+        whole = "; ".join(
+            f"weight {w} {_ci(d['ndcg_cut_10'])}" for w, d in c.get("resource_bm25_vs_peer_convex", {}).items()
+        )
+        if whole:
+            lines += ["", f"B4 with the whole-resource BM25 list (`resource_bm25`) − peer convex, nDCG@10: {whole}."]
         lines += ["", f"B4 − peer convex: nDCG@10 {_ci(convex['ndcg_cut_10'])}, R@100 {_ci(convex['recall_100'])}, "
                       f"MRR {_ci(convex['recip_rank'])}; B4 − peer RRF: nDCG@10 {_ci(rrf['ndcg_cut_10'])}, "
                       f"R@100 {_ci(rrf['recall_100'])}, MRR {_ci(rrf['recip_rank'])}.", ""]  # fmt: skip

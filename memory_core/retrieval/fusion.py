@@ -17,7 +17,13 @@ Every one is also a variant of the evaluation reports beside B1-B4 (``benchmarks
 
 The convex fusions and ``dbsf`` also rank resources (``resource_weight``): a unit's lexical and
 dense parts become ``(1 - w) * its own + w * the best of its resource's units in the window``,
-so a resource whose other units match lifts each of its units. Every part lies in [0, 1], so
+so a resource whose other units match lifts each of its units. With ``resource_bm25`` b, the
+lexical part becomes ``(1 - b) * its own + b * the unit's resource's whole-text BM25`` (a second,
+resource-level lexical list; divided by the window's best, so no list depth enters), for
+candidates that carry it. The lexical index has no resource field yet, so no live candidate
+carries that score: ``resource_bm25`` is an offline parameter (``OFFLINE``), measured by
+``benchmarks/dev_collections.py`` over a whole-resource Lucene index, and no profile may set it
+(docs/ranking.md: what it measured and why it is not built into the index). Every part lies in [0, 1], so
 the exact identity stage's bonus (1 by default) keeps a named unit on top.
 
 ``fusion_from_settings`` is the one place a settings document's fusion keys are checked.
@@ -40,6 +46,8 @@ NORMALISATIONS = (MAX, MINMAX)
 # order, a negative one would punish naming the unit.
 MAX_EXACT_BONUS = 10.0
 SIGMAS = 3.0  # dbsf: the normalised range is mean +- 3 standard deviations
+# A parameter only an offline evaluation can use (its evidence is not in the index): no profile key.
+OFFLINE = {"offline": True}
 
 
 class Fusion(Protocol):
@@ -122,6 +130,20 @@ def with_resource(parts: Sequence[float], resources: Sequence[str], weight: floa
     return [(1.0 - weight) * p + weight * best[r] for p, r in zip(parts, resources, strict=True)]
 
 
+def with_whole_resource(parts: Sequence[float], candidates: Sequence[RerankInput], weight: float) -> list[float]:
+    """``(1 - weight) * part + weight * the resource's whole-text BM25 / the window's best``.
+
+    Candidates without a resource score (a lexical index without the resource field) leave the
+    parts as they are: the fusion then ranks as it would without it, never on a half-filled side."""
+    # Not part of RerankInput: only a live Candidate over an index with the resource field carries
+    # it; a stored trace's inputs (tuning, learning, replay) do not record it.
+    whole = [getattr(c, "resource_bm25_score", None) for c in candidates]
+    if all(v is None for v in whole):
+        return list(parts)
+    scaled = divide_by_max(whole)
+    return [(1.0 - weight) * p + weight * r for p, r in zip(parts, scaled, strict=True)]
+
+
 def combine(alpha: Any, lexical: Any, dense: Any, bonus: Any) -> Any:
     """The convex fused score; numbers or numpy arrays alike (tuning scores many alphas at once)."""
     return alpha * lexical + (1.0 - alpha) * dense + bonus
@@ -139,11 +161,13 @@ class _Convex:
     alpha: float = 0.5
     exact_bonus: float = 1.0
     resource_weight: float = 0.0
+    resource_bm25: float = attrs.field(default=0.0, metadata=OFFLINE)
 
     def __attrs_post_init__(self) -> None:
         _check_weight("alpha", self.alpha)
         _check_bonus(self.exact_bonus)
         _check_weight("resource_weight", self.resource_weight)
+        _check_weight("resource_bm25", self.resource_bm25)
 
     @property
     def score_range(self) -> tuple[float, float]:
@@ -159,6 +183,8 @@ class _Convex:
     def components(self, candidates: Sequence[RerankInput]) -> tuple[list[float], list[float], list[float]]:
         """Each candidate's normalised lexical part, dense part (resource evidence included) and exact bonus."""
         lexical, dense = self.sides(candidates)
+        if self.resource_bm25:
+            lexical = with_whole_resource(lexical, candidates, self.resource_bm25)
         if self.resource_weight:
             resources = _resources(candidates)
             lexical = with_resource(lexical, resources, self.resource_weight)
@@ -173,7 +199,8 @@ class _Convex:
         return [float(combine(self.alpha, x, d, b)) for x, d, b in zip(lexical, dense, bonus, strict=True)]
 
     def _resource_suffix(self) -> str:
-        return f",resource={self.resource_weight:g}" if self.resource_weight else ""
+        suffix = f",resource={self.resource_weight:g}" if self.resource_weight else ""
+        return suffix + (f",resource_bm25={self.resource_bm25:g}" if self.resource_bm25 else "")
 
 
 @attrs.frozen
@@ -186,6 +213,7 @@ class ConvexFusionReranker(_Convex):
     cosine_floor: float = 0.0
     normalisation: str = MAX  # of BM25 over the window: one of NORMALISATIONS
     resource_weight: float = 0.0
+    resource_bm25: float = attrs.field(default=0.0, metadata=OFFLINE)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -268,8 +296,10 @@ FUSIONS: Mapping[str, type[Any]] = {
 # The default's name; its parameters are the class's defaults (docs/ranking.md: how it was chosen).
 DEFAULT_FUSION = ConvexFusionReranker.name
 FUSION_SETTING = "fusion"
-# Every parameter some fusion takes: the profile's fusion keys besides FUSION_SETTING.
-FUSION_PARAMETERS = tuple(dict.fromkeys(a.name for f in FUSIONS.values() for a in attrs.fields(f)))
+# Every parameter some fusion takes and a profile may set: the profile's fusion keys besides FUSION_SETTING.
+FUSION_PARAMETERS = tuple(
+    dict.fromkeys(a.name for f in FUSIONS.values() for a in attrs.fields(f) if not a.metadata.get("offline"))
+)
 
 
 def is_fusion(reranker: object) -> bool:

@@ -238,3 +238,40 @@ def test_a_profile_names_its_fusion_and_a_wrong_type_is_refused_before_the_regis
     assert refused.value.details["key"] == "fusion"
     with pytest.raises(InvalidRequest, match=r"min_final_score must be within \[0, 1\]"):  # rrf scores within [0, 1]
         ranking_from_settings({"fusion": "rrf", "min_final_score": 1.5}, RankingProfile(), scores)
+
+
+@attrs.frozen
+class WholeCand(Cand):
+    """A candidate that carries its resource's whole-text BM25 (the offline resource-level list)."""
+
+    resource_bm25_score: float | None = None
+
+
+def test_whole_resource_bm25_blends_into_the_lexical_side_divided_by_the_windows_best() -> None:
+    cands = [
+        WholeCand("a", 10.0, 0.5, resource_bm25_score=4.0),
+        WholeCand("b", 5.0, 0.5, resource_bm25_score=8.0),
+        WholeCand("c", None, 0.5, resource_bm25_score=None),  # the resource list did not rank it
+    ]
+    fusion = ConvexFusionReranker(alpha=1.0, resource_bm25=0.5)
+    assert fusion.rerank("q", cands) == pytest.approx([0.5 * 1.0 + 0.5 * 0.5, 0.5 * 0.5 + 0.5 * 1.0, 0.0])
+    assert fusion.revision.endswith(",resource_bm25=0.5)")
+    # Full weight: units rank by their resource's whole-text score alone.
+    assert ConvexFusionReranker(alpha=1.0, resource_bm25=1.0).rerank("q", cands) == pytest.approx([0.5, 1.0, 0.0])
+
+
+@PROPERTIES
+@given(convex_fusions, candidates, weights)
+def test_without_resource_scores_the_whole_resource_weight_changes_nothing(
+    fusion: Any, cands: list[Cand], weight: float
+) -> None:
+    assert attrs.evolve(fusion, resource_bm25=weight).rerank("q", cands) == fusion.rerank("q", cands)
+
+
+def test_the_whole_resource_weight_is_offline_only_so_no_profile_sets_it() -> None:
+    assert "resource_bm25" in parameters_of("convex_floor") and "resource_bm25" not in FUSION_PARAMETERS
+    assert fusion_from_settings({"resource_bm25": 0.5}).settings()["resource_bm25"] == 0.5
+    with pytest.raises(InvalidRequest, match="unknown profile setting"):
+        ranking_from_settings({"resource_bm25": 0.5})
+    with pytest.raises(InvalidRequest, match="resource_bm25"):
+        fusion_from_settings({"resource_bm25": 1.5})
