@@ -9,7 +9,10 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, cast
+
+import attrs
 
 from memory_core.adapters.files.evaluation_sources import FolderSources
 from memory_core.adapters.files.filesystem_sources import source_root
@@ -24,6 +27,7 @@ from memory_core.adapters.files.watcher import (
     parse_progress,
 )
 from memory_core.adapters.system.home import DIR_MODE, FILE_MODE, HomeLayout, prepare_home, resolve_home
+from memory_core.domain.models import ModelOverrides, ModelSpec
 from memory_core.ports import (
     BlobStore,
     Catalog,
@@ -47,6 +51,7 @@ from memory_core.retrieval.rerankers import ConvexFusionReranker
 from memory_core.services.engine import Engine
 from memory_core.services.evaluation import EvaluationService
 from memory_core.services.indexing import Indexer
+from memory_core.services.models import ModelRegistry
 
 
 def utc_now() -> str:
@@ -85,6 +90,7 @@ def bootstrap(
     live_memory: LiveMemory | None = None,
     profile_store: ProfileStore | None = None,
     learner: RankLearner | None = None,
+    models: ModelRegistry | None = None,
     recover: bool = True,
     sync_history: bool = False,
     inference: str | None = None,
@@ -182,6 +188,13 @@ def bootstrap(
         from memory_core.adapters.sqlite.profiles import SqliteProfileStore
 
         profile_store = SqliteProfileStore(open_database(layout.db_path), now=utc_now)
+    if models is None:
+        from memory_core.adapters.sqlite.database import open_database
+        from memory_core.adapters.sqlite.models import SqliteModelStore
+
+        # Its own connection: every thread resolving a project's embedder goes through its lock.
+        models = ModelRegistry(SqliteModelStore(open_database(layout.db_path)), LocalModels(layout.models_dir),
+                               embedder, utc_now)  # fmt: skip
     if recover:
         history.recover_interrupted()  # Runs left `running` by a process that is gone
     limit_blas_threads()
@@ -204,7 +217,33 @@ def bootstrap(
         live_memory=live_memory,
         profile_store=profile_store,
         learner=learner or _default_learner(),
+        models=models,
     )
+
+
+@attrs.frozen
+class LocalModels:
+    """The ModelLoader port over ``adapters/models`` (ONNX Runtime): a directory's spec, and its
+    embedder or cross-encoder, whose ONNX graph is built from the weights once into ``cache_dir``.
+    Their modules load on first use (onnx and the tokenizer are not paid for otherwise)."""
+
+    cache_dir: Path
+
+    def read(self, path: str, overrides: ModelOverrides) -> ModelSpec:
+        return cast(ModelSpec, _models_adapter("model_dir").read_model_dir(Path(path), overrides))
+
+    def embedder(self, spec: ModelSpec) -> Embedder:
+        return cast(Embedder, _models_adapter("encoder_onnx").open_embedder(spec, self.cache_dir))
+
+    def reranker(self, spec: ModelSpec, batch: int, max_tokens: int | None) -> Reranker:
+        adapter = _models_adapter("encoder_onnx")
+        return cast(Reranker, adapter.open_cross_encoder(spec, self.cache_dir, batch=batch, max_tokens=max_tokens))
+
+
+def _models_adapter(module: str) -> Any:
+    import importlib
+
+    return importlib.import_module(f"memory_core.adapters.models.{module}")
 
 
 def _default_learner() -> RankLearner:
@@ -234,6 +273,7 @@ def assemble(
     live_memory: LiveMemory | None = None,
     profile_store: ProfileStore | None = None,
     learner: RankLearner | None = None,
+    models: ModelRegistry | None = None,
 ) -> Engine:
     """The one place the indexer and the engine are put together from their parts.
 
@@ -257,6 +297,7 @@ def assemble(
         vectors=vectors,
         now=utc_now,
         corpus=history,
+        embedder_for=models.embedder_for if models is not None else None,
     )
     return Engine(
         catalog=catalog,
@@ -275,6 +316,7 @@ def assemble(
         live_memory=live_memory,
         profile_store=profile_store,
         learner=learner,
+        models=models,
     )
 
 
@@ -345,6 +387,11 @@ def bootstrap_in_memory(**overrides: Any) -> Engine:
 
         default_profiles: ProfileStore = InMemoryProfileStore(parts["catalog"].get_project, now=utc_now)
         parts["profile_store"] = default_profiles
+    if "models" not in parts:
+        from memory_core.adapters.in_memory.models import InMemoryModelLoader, InMemoryModelStore
+
+        parts["models"] = ModelRegistry(InMemoryModelStore(parts["catalog"].get_project), InMemoryModelLoader(),
+                                        parts["embedder"], utc_now)  # fmt: skip
     return assemble(history=history, evaluation=evaluation, **parts)
 
 
@@ -405,6 +452,9 @@ def background_watcher(
     cache (``WatchedMemory``). Not started; returns it and the closer of its connections."""
     indexer, close_indexer = background_indexer(engine, root)
     watcher = Watcher(indexer if indexer is not None else locked_indexer, watch=watch)
+    if engine.models is not None:
+        # A project's new embedding model re-embeds on the worker while its generation serves.
+        engine.models.on_change.append(watcher.models_changed)
     if watch and engine.live_memory is not None:
         engine.live_memory = WatchedMemory(watcher, engine.live_memory)
 

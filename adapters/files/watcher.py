@@ -280,6 +280,18 @@ class Watcher:
             state.last_event = time.monotonic()
             self._cond.notify_all()
 
+    def models_changed(self, project_ids: list[str] | None) -> None:
+        """A project's embedding model changed (None: the home default, so every project): its
+        next re-index, on the worker, builds a generation of the new model while the current
+        one serves; its health shows the progress. A project never indexed waits for an index."""
+        with self._cond:
+            for pid, state in self._states.items():
+                if project_ids is None or pid in project_ids:
+                    state.seen += 1
+                    state.trigger = "model"
+                    state.last_event = time.monotonic()
+            self._cond.notify_all()
+
     def report_watching(self, project_id: str, *, polling: bool) -> None:
         with self._cond:
             state = self._states.get(project_id)

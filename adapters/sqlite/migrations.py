@@ -343,3 +343,33 @@ def m009_project_learnings(conn: apsw.Connection) -> None:
         CREATE INDEX learned_models_by_project ON learned_models(project_id);
         """
     )
+
+
+@migration
+def m010_models(conn: apsw.Connection) -> None:
+    # The home's model registry (issue 33): models added by path, each with the spec read when it
+    # was added (its revision hashes the weights, tokenizer, config and pooling) and the
+    # overrides it was added with; and the models each project (and, under '', the home default)
+    # chose. A choice names a model by name, or a reserved one ('minilm', the packaged model;
+    # 'none', no cross-encoder), so no foreign key: removing a model checks its users itself.
+    conn.execute(
+        """
+        CREATE TABLE models (
+            name TEXT PRIMARY KEY,
+            kind TEXT NOT NULL CHECK (kind IN ('embedding', 'reranker')),
+            spec_json TEXT NOT NULL,
+            overrides_json TEXT NOT NULL,
+            added_at TEXT NOT NULL
+        ) WITHOUT ROWID;
+        CREATE TABLE home_model_choice (
+            scope TEXT PRIMARY KEY CHECK (scope = ''),
+            embedding TEXT,
+            reranker TEXT
+        ) WITHOUT ROWID;
+        CREATE TABLE project_model_choice (
+            project_id TEXT PRIMARY KEY REFERENCES projects(project_id) ON DELETE CASCADE,
+            embedding TEXT,
+            reranker TEXT
+        ) WITHOUT ROWID;
+        """
+    )

@@ -20,7 +20,9 @@ from memory_core.entrypoints.wire_input import decode_json
 
 # The commands, for hints: "memcore index notes" is one, "a memcore daemon" is not (a test holds
 # this equal to the parser's).
-COMMAND_NAMES = ("activate", "contracts", "demo", "eval", "index", "mcp", "project", "runs", "serve", "status", "ui")
+COMMAND_NAMES = (
+    "activate", "contracts", "demo", "eval", "index", "mcp", "model", "project", "runs", "serve", "status", "ui",
+)  # fmt: skip
 _COMMAND = re.compile(rf"\bmemcore (?=(?:{'|'.join(COMMAND_NAMES)})\b)")
 
 
@@ -90,5 +92,3 @@ def progress_bar(enabled: bool) -> tuple[AbstractContextManager[Any], Progress |
         bar.update(tasks[stage], completed=done, total=total)
 
     return bar, update
-
-

@@ -118,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     from memory_core.entrypoints.cli import profile_commands
 
     profile_commands.add_project_parser(project)
+    from memory_core.entrypoints.cli import model_commands
+
+    model_commands.add_project_parser(project)  # project set: its embedding model and reranker
+    model_commands.add_parser(sub)  # memcore model add|list|show|remove
 
     index = sub.add_parser("index", help="build the project's commit generation (no-op when unchanged)")
     index.add_argument("name", help="the project's id")

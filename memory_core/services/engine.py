@@ -17,6 +17,7 @@ import attrs
 
 from memory_core.domain.errors import InvalidRequest, StorageUnavailable
 from memory_core.domain.model import Generation, Project, Source, validate_project_id, validate_source_path
+from memory_core.domain.models import ModelOverrides
 from memory_core.domain.progress import Progress, no_progress
 from memory_core.evaluation.cases import Case, JudgmentSet
 from memory_core.evaluation.fixture import ExportScope, ImportResult, dump
@@ -52,6 +53,7 @@ from memory_core.services.local_storage import (
     ProjectStorage,
     StoredGeneration,
 )
+from memory_core.services.models import ModelRegistry, ModelView, ProjectModels
 from memory_core.services.open_generations import OpenGenerations
 from memory_core.services.profiles import ProfileView, ProjectProfiles
 from memory_core.services.tuning import tune_project
@@ -86,6 +88,8 @@ class Engine:
     profile_store: ProfileStore | None = None
     # The learning-to-rank library (issue 32): learns a project's ranker and loads learned models.
     learner: RankLearner | None = None
+    # The home's model registry and each project's models (issue 33); None: ``embedder`` for all.
+    models: ModelRegistry | None = None
     _open: OpenGenerations = attrs.field(factory=OpenGenerations, init=False)
     _profiles: ProjectProfiles = attrs.field(init=False)
 
@@ -249,10 +253,64 @@ class Engine:
             return self.indexer.index(name, force=force)
         return self.indexer.index(name, force=force, progress=progress)
 
+    # -- models (services/models.py, issue 33) -------------------------------------------------
+    def _models(self) -> ModelRegistry:
+        if self.models is None:
+            raise InvalidRequest("this engine has no model registry: only its own embedder serves")
+        return self.models
+
+    def add_model(self, name: str, path: str, overrides: ModelOverrides | None = None) -> ModelView:
+        """Register the model directory ``path`` as ``name``; raises ``ModelUnavailable`` (naming
+        what is missing), ``ModelExists``, ``InvalidRequest``; nothing is stored then."""
+        return self._models().add(name, path, overrides)
+
+    def list_models(self) -> list[ModelView]:
+        """The built-in minilm, then every registered model."""
+        return self._models().list()
+
+    def show_model(self, name: str) -> ModelView:
+        return self._models().show(name)
+
+    def remove_model(self, name: str) -> ModelView:
+        """Forget a model; ``ModelInUse`` while a project (or the home default) chose it."""
+        return self._models().remove(name)
+
+    def project_models(self, name: str | None) -> ProjectModels:
+        """The project's (None: the home default's) models in effect, and whether its current
+        generation still serves another model's vectors (re-embedding)."""
+        if name is None:
+            return self._models().project_models(None)
+        self.catalog.get_project(name)
+        current = self.catalog.current_generation(name)
+        return self._models().project_models(name, current.revisions.embedding_model if current else None)
+
+    def set_project_models(self, name: str | None, *, embedding: str | None = None,
+                           reranker: str | None = None) -> ProjectModels:  # fmt: skip
+        """Choose the project's (None: the home default's) embedding model and cross-encoder
+        (``none``: no cross-encoder). A new embedding model re-embeds in the background (the
+        daemon's watcher) or at the next ``memcore index``; the current generation serves meanwhile."""
+        if name is not None:
+            self.catalog.get_project(name)
+        self._models().set_choice(name, embedding=embedding, reranker=reranker)
+        return self.project_models(name)
+
+    def query_embedder(self, generation: Generation) -> Embedder:
+        """The embedder that reads queries for ``generation``: the model its vectors are of, so
+        a generation keeps serving while its project re-embeds with a new model; else the
+        project's model now (an activation then asks for an index if the revisions differ)."""
+        revision = generation.revisions.embedding_model
+        if self.models is None or revision == self.embedder.revision:
+            return self.embedder
+        models = self.models
+        return models.embedder_of_revision(revision) or models.embedder_for(generation.project_id) or self.embedder
+
     # -- ranking profiles (services/profiles.py) and tuning (services/tuning.py) -------------
     def ranking_for(self, project_id: str) -> Ranking:
-        """The profile and reranker ``project_id`` ranks with: its own profile, else the defaults."""
-        return self._profiles.ranking_for(project_id)
+        """The profile and reranker ``project_id`` ranks with: its own profile, else the defaults;
+        a cross-encoder the project chose (issue 33) rescores the profile's rerank window."""
+        ranking = self._profiles.ranking_for(project_id)
+        cross_encoder = self.models.reranker_for(project_id) if self.models is not None else None
+        return ranking if cross_encoder is None else attrs.evolve(ranking, reranker=cross_encoder)
 
     def project_profile(self, name: str) -> ProfileView:
         """The project's ranking settings in effect and their history; raises ``ProjectNotFound``."""

@@ -73,6 +73,9 @@ class Indexer:
     vectors: VectorIndexFactory
     now: Callable[[], str]
     corpus: CorpusRegistry | None = None
+    # The embedder each project indexes with (issue 33: a project may choose its model).
+    # None from it, or no ``embedder_for``: ``embedder`` (the built-in model) indexes the project.
+    embedder_for: Callable[[str], Embedder | None] | None = None
     # The units of each resource this indexer last chunked, by (resource_id, resource_hash,
     # media_type) for one (chunker, parser) revision: a re-index chunks only what changed (in the
     # daemon's watcher, about two thirds of a one-file re-index at 10,000 units). Their bodies
@@ -85,11 +88,17 @@ class Indexer:
     _vectors: dict[str, Vector] = attrs.field(factory=dict, init=False, eq=False, repr=False)
     _vectors_model: str = attrs.field(default="", init=False, eq=False, repr=False)
 
-    def revisions(self) -> IndexRevisions:
+    def project_embedder(self, project_id: str | None) -> Embedder:
+        """The embedder that indexes ``project_id`` (its chosen model; ``embedder`` by default)."""
+        chosen = self.embedder_for(project_id) if self.embedder_for is not None and project_id is not None else None
+        return chosen or self.embedder
+
+    def revisions(self, project_id: str | None = None) -> IndexRevisions:
+        """The revisions a generation of ``project_id`` built now records (its embedding model's)."""
         return IndexRevisions(
             parser=self.chunker.parser_revision,
             chunker=self.chunker.revision,
-            embedding_model=self.embedder.revision,
+            embedding_model=self.project_embedder(project_id).revision,
             lexical=self.lexical.revision,
             vector=self.vectors.revision,
         )
@@ -109,7 +118,10 @@ class Indexer:
         # cannot show (and a stale hash makes every read fail its check).
         memory = read_effective_memory(project, self.scanner, rehash=force)
         _require_entries(memory)
-        revisions = self.revisions()
+        # One embedder for the whole build, read once: a model chosen meanwhile changes the next
+        # build, never mixes into this one (its revision is the generation's).
+        embedder = self.project_embedder(project_id)
+        revisions = attrs.evolve(self.revisions(), embedding_model=embedder.revision)
         current = self.catalog.current_generation(project_id)
         if current is not None and current.index_revision == index_revision_of(memory.hash, revisions) and not force:
             try:
@@ -135,7 +147,7 @@ class Indexer:
         revision = index_revision_of(memory.hash, revisions)
         staging = self.generations.stage(project_id)
         try:
-            embedded, reused, vectors = self._embed(units, progress)
+            embedded, reused, vectors = self._embed(units, progress, embedder)
             progress("lexical index", 0, 1)
             self.lexical.build(staging / LEXICAL_DIR, units, previous=self._previous_lexical(current, force))
             progress("lexical index", 1, 1)
@@ -291,8 +303,10 @@ class Indexer:
         self._chunked, self._chunked_revision = chunked, revision
         return units, failed
 
-    def _embed(self, units: list[Unit], progress: Progress) -> tuple[int, int, list[Vector]]:
-        model = self.embedder.revision
+    def _embed(self, units: list[Unit], progress: Progress, embedder: Embedder) -> tuple[int, int, list[Vector]]:
+        # Every vector here is of ``model``: the memo and the cache are both keyed by it, so a
+        # vector of another model's revision can never enter this generation.
+        model = embedder.revision
         # Vectors of the last build's units first: a re-index asks the cache only for new
         # hashes (asking it for all 10,000 took about a second on a loaded machine).
         memo = self._vectors if self._vectors_model == model else {}
@@ -311,7 +325,7 @@ class Indexer:
         hashes = sorted(missing, key=lambda h: -tokens[h])
         for start in range(0, len(hashes), EMBED_BATCH):
             batch = hashes[start : start + EMBED_BATCH]
-            vectors = self.embedder.embed_documents([missing[h] for h in batch])
+            vectors = embedder.embed_documents([missing[h] for h in batch])
             fresh = dict(zip(batch, vectors, strict=True))
             self.embedding_cache.put_many(model, fresh)
             known.update(fresh)
