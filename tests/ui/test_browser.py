@@ -23,6 +23,7 @@ import pytest
 from playwright.sync_api import expect
 
 from memory_core.entrypoints.ui.launch import ui_file
+from memory_core.retrieval.fusion import FUSIONS
 
 from .conftest import (
     NARROW,
@@ -287,9 +288,10 @@ def test_evaluation_page_report_and_export(page: Any, ui_daemon: UiDaemon, tmp_p
         mean = report.levels["unit"].variants[name]["ndcg@10"].mean
         expect(bench.locator(f"tr[data-variant='{name}'] td").nth(1)).to_have_text(js_number(mean))
     expect(page.get_by_role("img", name=re.compile("B1–B4 at unit level"))).to_be_visible()
-    expect(page.locator("#significance tbody tr")).to_have_count(3)
+    # B4 against B1-B3 and against each registered fusion's variant (issue 32).
+    expect(page.locator("#significance tbody tr")).to_have_count(len(comparisons := report.levels["unit"].comparisons))
+    assert len(comparisons) == 3 + len(FUSIONS)
     # A case or two: each row says why there is no interval instead of a zero-width one and p 1.
-    comparisons = report.levels["unit"].comparisons
     assert all(c.interval_reason and c.ci95_low is None for c in comparisons), comparisons
     for i, c in enumerate(comparisons):
         row = page.locator("#significance tbody tr").nth(i)
