@@ -11,12 +11,17 @@ The adapter entry points (``memory_core.adapters.models``), all raising ``ModelU
 
 - ``model_dir.read_model_dir(path, overrides=None) -> ModelSpec``: reads and checks a directory,
   changes nothing.
-- ``encoder_onnx.open_embedder(spec, cache_dir, inference="fp32", ...) -> Embedder`` (the
+- ``encoder_onnx.open_embedder(spec, cache_dir, inference=None, ...) -> Embedder`` (the
   ``memory_core.ports.Embedder`` port): the graph is built from the weights once with onnx, cached
-  in ``cache_dir`` and run on ONNX Runtime (no torch). The packaged all-MiniLM-L6-v2 with its own
-  settings opens as the default embedder, with the revision stored data already carries.
-- ``encoder_onnx.open_cross_encoder(spec, cache_dir, batch=16, max_tokens=None) -> Reranker`` (the
-  ``memory_core.ports.Reranker`` port); the retrieval pipeline rescoring its ``rerank_depth``.
+  in ``cache_dir`` and run on ONNX Runtime (no torch). ``inference``: "fp32" or "int8"; None is
+  fp32 for a brought model. The packaged all-MiniLM-L6-v2 with its own settings opens as the
+  default embedder (None: the product's chosen path), with the revision stored data carries.
+- ``encoder_onnx.open_cross_encoder(spec, cache_dir, depth=None, batch=16, max_tokens=None)``
+  -> ``OnnxCrossEncoder`` (the ``memory_core.ports.Reranker`` port): the pipeline hands it the
+  top ``rerank_depth``; ``depth`` bounds how many of those it scores.
+- ``encoder_onnx.is_packaged_minilm(spec)``: whether a spec is the built-in default model.
+
+docs/models.md is the user's side of all this.
 
 The revision rule: ``ModelSpec.revision`` is the SHA-256 over the weights, the tokenizer, the
 config and the settings that change a vector or a score (pooling, normalisation, maximum

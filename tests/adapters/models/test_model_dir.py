@@ -201,3 +201,16 @@ def test_a_broken_directory_is_model_unavailable_naming_the_problem(models: Path
 def test_a_missing_directory_is_model_unavailable(tmp_path: Path) -> None:
     with pytest.raises(ModelUnavailable, match="does not exist"):
         read_model_dir(tmp_path / "nowhere")
+
+
+def test_a_model_cache_snapshot_of_links_reads_as_its_files(models: Path, tmp_path: Path) -> None:
+    # The Hugging Face cache: snapshots/<commit>/ holds links into blobs/.
+    blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshots" / "abc123"
+    blobs.mkdir()
+    snapshot.mkdir(parents=True)
+    for i, source in enumerate(sorted(p for p in (models / "bert").iterdir() if p.is_file())):
+        blob = blobs / f"blob{i}"
+        shutil.copy(source, blob)
+        (snapshot / source.name).symlink_to(Path("../..") / "blobs" / blob.name)
+    spec = read_model_dir(snapshot)
+    assert spec.revision == read_model_dir(models / "bert").revision and spec.path == str(snapshot)
