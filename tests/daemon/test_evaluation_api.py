@@ -643,7 +643,8 @@ def test_memcore_eval_report_on_one_case_says_it_has_too_few_for_an_interval(
     """It printed a zero-width 95% CI and p 1.000 as if they meant something (issue 19)."""
     ids = judged_cases(http)
     text = eval_json(context.engine, capsys, "report", "--case", ids[0])
-    assert text.count("(n=1: too few paired cases for an interval or p-value (needs 6))") == 6  # 3 per level
+    # B4 against B1-B3 and the four registered fusions (issue 32): 7 per level.
+    assert text.count("(n=1: too few paired cases for an interval or p-value (needs 6))") == 14
     assert "95% CI" not in text and "p 1.000" not in text
     doc = eval_json(context.engine, capsys, "report", "--case", ids[0], "--json")
     for level in doc["levels"].values():
