@@ -26,10 +26,13 @@ class InMemoryModelStore:
         self._choices: dict[str, ModelChoice] = {}
         self._lock = threading.Lock()
 
-    def add_model(self, model: RegisteredModel) -> None:
+    def add_model(self, model: RegisteredModel, *, replace: bool = False) -> None:
         with self._lock:
-            if model.name in self._models or model.name in RESERVED_NAMES:
-                raise ModelExists(f"a model named {model.name!r} is already registered", model=model.name)
+            if replace and model.name not in self._models:
+                raise model_not_found(model.name, sorted(self._models))
+            if (model.name in self._models and not replace) or model.name in RESERVED_NAMES:
+                raise ModelExists(f"a model named {model.name!r} is already registered (--replace puts new files "
+                                  "in its place)", model=model.name)  # fmt: skip
             self._models[model.name] = model
 
     def get_model(self, name: str) -> RegisteredModel:

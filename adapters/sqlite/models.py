@@ -43,12 +43,16 @@ class SqliteModelStore:
         self._conn = conn
         self._lock = threading.Lock()
 
-    def add_model(self, model: RegisteredModel) -> None:
+    def add_model(self, model: RegisteredModel, *, replace: bool = False) -> None:
         with self._lock, storage_errors("cannot register the model"), write_transaction(self._conn) as conn:
-            if model.name in RESERVED_NAMES or fetch(conn, "SELECT 1 FROM models WHERE name = ?", (model.name,)):
-                raise ModelExists(f"a model named {model.name!r} is already registered", model=model.name)
+            exists = bool(fetch(conn, "SELECT 1 FROM models WHERE name = ?", (model.name,)))
+            if replace and not exists:
+                raise model_not_found(model.name, self._names(conn))
+            if model.name in RESERVED_NAMES or (exists and not replace):
+                raise ModelExists(f"a model named {model.name!r} is already registered (--replace puts new files "
+                                  "in its place)", model=model.name)  # fmt: skip
             conn.execute(
-                f"INSERT INTO models({_COLUMNS}, kind) VALUES (?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO models({_COLUMNS}, kind) VALUES (?, ?, ?, ?, ?)",
                 (model.name, _json(model.spec), _json(model.overrides), model.added_at, model.spec.kind),
             )
 

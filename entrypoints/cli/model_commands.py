@@ -28,6 +28,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--query-prefix", help='text put before every query (e5: "query: ")')
     p.add_argument("--document-prefix", help='text put before every document (e5: "passage: ")')
     p.add_argument("--no-normalize", action="store_true", help="do not L2-normalise the vectors")
+    p.add_argument("--replace", action="store_true", help="in place of the model of that name (its files changed); "
+                   "the projects using it re-embed")  # fmt: skip
     p.add_argument("--json", action="store_true")
     actions.add_parser("list", help="every model: the built-in minilm and those added").add_argument(
         "--json", action="store_true"
@@ -108,7 +110,7 @@ def model(engine: Any, args: argparse.Namespace) -> int:
             render.console().print(models_table(views))
         return 0
     if args.action == "add":
-        view = engine.add_model(args.name, args.path, _overrides(args))
+        view = engine.add_model(args.name, args.path, _overrides(args), replace=args.replace)
     elif args.action == "remove":
         view = engine.remove_model(args.name)
     else:

@@ -41,8 +41,9 @@ class ModelChoice:
 class ModelStore(Protocol):
     """Registered models and choices; a choice names a model by its name (or a reserved one)."""
 
-    def add_model(self, model: RegisteredModel) -> None:
-        """Register ``model``; raises ``ModelExists`` (nothing changed)."""
+    def add_model(self, model: RegisteredModel, *, replace: bool = False) -> None:
+        """Register ``model``; raises ``ModelExists`` (nothing changed) unless ``replace``, which
+        puts it in place of the model of that name (``ModelNotFound`` when there is none)."""
         ...
 
     def get_model(self, name: str) -> RegisteredModel:

@@ -259,14 +259,16 @@ class Engine:
             raise InvalidRequest("this engine has no model registry: only its own embedder serves")
         return self.models
 
-    def add_model(self, name: str, path: str, overrides: ModelOverrides | None = None) -> ModelView:
-        """Register the model directory ``path`` as ``name``; raises ``ModelUnavailable`` (naming
-        what is missing), ``ModelExists``, ``InvalidRequest``; nothing is stored then."""
-        return self._models().add(name, path, overrides)
+    def add_model(self, name: str, path: str, overrides: ModelOverrides | None = None, *,
+                  replace: bool = False) -> ModelView:  # fmt: skip
+        """Register the model directory ``path`` as ``name`` (``replace``: in place of the model of
+        that name; its users re-embed); raises ``ModelUnavailable`` (naming what is missing),
+        ``ModelExists``, ``ModelNotFound``, ``InvalidRequest``; nothing is stored then."""
+        return self._models().add(name, path, overrides, replace=replace)
 
     def list_models(self) -> list[ModelView]:
         """The built-in minilm, then every registered model."""
-        return self._models().list()
+        return self._models().views()
 
     def show_model(self, name: str) -> ModelView:
         return self._models().show(name)

@@ -133,17 +133,27 @@ class ModelRegistry:
         return self.loader
 
     # -- the registry --------------------------------------------------------------------------
-    def add(self, name: str, path: str | Path, overrides: ModelOverrides | None = None) -> ModelView:
+    def add(self, name: str, path: str | Path, overrides: ModelOverrides | None = None, *,
+            replace: bool = False) -> ModelView:  # fmt: skip
         """Read and check the directory, then register it; ``ModelUnavailable`` (the directory),
-        ``ModelExists`` or ``InvalidRequest`` store nothing."""
+        ``ModelExists`` or ``InvalidRequest`` store nothing. ``replace``: in place of the model of
+        that name (its files changed, say); the projects that chose it re-embed when its revision
+        changed, and it must stay of its kind while chosen."""
         name = validate_model_name(name)
         store = self._store()
         overrides = overrides or ModelOverrides()
         spec = self._loader().read(str(Path(path).expanduser().absolute()), overrides)
-        store.add_model(RegisteredModel(name, spec, overrides, self.now()))
+        old = store.get_model(name) if replace else None
+        users = store.model_users(name) if old is not None else []
+        if old is not None and users and old.spec.kind != spec.kind:
+            raise InvalidRequest(f"model {name!r} is chosen as a{'n' if old.spec.kind == EMBEDDING else ''} "
+                                 f"{old.spec.kind} model and {path} holds a {spec.kind} model", model=name)  # fmt: skip
+        store.add_model(RegisteredModel(name, spec, overrides, self.now()), replace=replace)
+        if old is not None and old.spec.revision != spec.revision and spec.kind == EMBEDDING and users:
+            self._changed(None if HOME in users else users)
         return self.show(name)
 
-    def list(self) -> list[ModelView]:
+    def views(self) -> list[ModelView]:
         """The built-in model first, then every registered one by name."""
         views = [self._builtin()]
         if self.store is not None:
@@ -203,12 +213,16 @@ class ModelRegistry:
                             reranker if reranker is not None else before.reranker)  # fmt: skip
         store.set_model_choice(project_id, after)
         if after.embedding != before.embedding:
-            for listener in list(self.on_change):
-                try:
-                    listener(None if project_id is None else [project_id])
-                except Exception:  # a listener (the watcher) failing never undoes the choice
-                    log.exception("a model-change listener failed")
+            self._changed(None if project_id is None else [project_id])
         return after
+
+    def _changed(self, project_ids: list[str] | None) -> None:
+        """Tell ``on_change`` whose embedding model changed (None: every project)."""
+        for listener in list(self.on_change):
+            try:
+                listener(project_ids)
+            except Exception:  # a listener (the watcher) failing never undoes the change
+                log.exception("a model-change listener failed")
 
     def _require_kind(self, name: str, kind: str) -> None:
         actual = EMBEDDING if name == BUILTIN_MODEL else self._registered(name).spec.kind

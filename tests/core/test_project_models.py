@@ -98,6 +98,25 @@ def test_choices_check_the_kind_the_project_and_the_name(engine: Engine) -> None
     assert (shown.embedding, shown.reranker, shown.chosen.embedding) == ("minilm", "none", "minilm")
 
 
+def test_replacing_a_chosen_model_reembeds_its_users_and_keeps_its_kind(engine: Engine) -> None:
+    engine.add_model("small", "/models/small")
+    engine.set_project_models("notes", embedding="small")
+    engine.index("notes")
+    changed: list[list[str] | None] = []
+    assert engine.models is not None
+    engine.models.on_change.append(changed.append)
+    with pytest.raises(ModelNotFound):
+        engine.add_model("other", "/models/wide", replace=True)
+    with pytest.raises(InvalidRequest, match="embedding model"):
+        engine.add_model("small", "/models/ce", replace=True)  # chosen as an embedding model
+    assert changed == [] and engine.show_model("small").revision == "b" * 64
+    engine.add_model("small", "/models/wide", replace=True)  # new files under the same name
+    assert changed == [["notes"]] and engine.show_model("small").dimensions == 48
+    assert engine.project_models("notes").reembedding
+    assert engine.index("notes").embedded > 0
+    assert {len(r) for r in generation_vectors(engine, "notes")[1].values()} == {48}
+
+
 def test_a_model_in_use_cannot_be_removed(engine: Engine) -> None:
     engine.add_model("small", "/models/small")
     engine.set_project_models("notes", embedding="small")
