@@ -28,7 +28,7 @@ from memory_core.services.freshness import Freshness
 EMBEDDED_ONLY = frozenset({("demo", None), ("eval", "import-beir"), ("eval", "replay")})
 # The model registry's commands, until the daemon serves them (issue 33): both processes share the
 # home's database, and the daemon reads each project's model from it at its next re-index.
-EMBEDDED_ONLY |= {("model", action) for action in ("add", "list", "show", "remove")} | {("project", "set")}
+EMBEDDED_ONLY |= {("model", action) for action in ("add", "list", "show", "remove", "compare")} | {("project", "set")}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -285,7 +285,7 @@ HANDLERS: dict[tuple[str, str | None], Callable[[Engine, argparse.Namespace], in
     ("project", "set"): lambda engine, args: _models().project_set(engine, args),
     **{
         ("model", action): lambda engine, args: _models().model(engine, args)
-        for action in ("add", "list", "show", "remove")
+        for action in ("add", "list", "show", "remove", "compare")
     },  # fmt: skip
     ("eval", "tune"): lambda engine, args: _profiles().tune(engine, args),
     ("eval", "learn"): lambda engine, args: _profiles().learn(engine, args),

@@ -9,11 +9,10 @@ import argparse
 from typing import Any
 
 from memory_core.domain.models import POOLINGS, ModelOverrides
+from memory_core.domain.progress import no_progress
 from memory_core.entrypoints.cli import render, wire
-from memory_core.entrypoints.cli.common import emit_json, hint
+from memory_core.entrypoints.cli.common import emit_json, hint, progress_bar
 from memory_core.services.models import ModelView, ProjectModels
-
-HOME_DEFAULT = "--default"
 
 
 def add_parser(sub: Any) -> None:
@@ -34,6 +33,16 @@ def add_parser(sub: Any) -> None:
     actions.add_parser("list", help="every model: the built-in minilm and those added").add_argument(
         "--json", action="store_true"
     )
+    p = actions.add_parser("compare", help="replay a project's judged cases under other models, side by side with "
+                           "paired intervals (each frozen corpus re-embedded into a scratch project)")  # fmt: skip
+    p.add_argument("project", help="the project whose reviewed cases are replayed")
+    p.add_argument("--embedding", action="append", default=[], metavar="MODEL",
+                   help="an embedding model to compare (repeatable: one variant each)")  # fmt: skip
+    p.add_argument("--reranker", action="append", default=[], metavar="MODEL",
+                   help="a cross-encoder (or none) to compare (repeatable: one variant each)")  # fmt: skip
+    p.add_argument("--level", choices=("unit", "resource"), default="resource", help="grading level (default resource)")
+    p.add_argument("--include-unreviewed", action="store_true", help="compare on unreviewed cases too")
+    p.add_argument("--json", action="store_true")
     for name, text in (("show", "one model's settings, revision and users"), ("remove", "forget a model not in use")):
         p = actions.add_parser(name, help=text)
         p.add_argument("name", help="the model's name")
@@ -101,7 +110,44 @@ def project_models_lines(models: ProjectModels) -> list[str]:
     return lines
 
 
+def compare(engine: Any, args: argparse.Namespace) -> int:
+    """``model compare``: runs in this process (it indexes scratch projects, as ``eval replay``)."""
+    from memory_core.entrypoints.bootstrap import FolderSources, HomeLayout, resolve_home
+    from memory_core.evaluation.metrics import MetricLevel
+    from memory_core.ports.models import ModelChoice
+    from memory_core.services.beir_import import EngineWorkspace
+    from memory_core.services.model_comparison import compare_models
+
+    variants = [ModelChoice(embedding=e) for e in args.embedding] + [ModelChoice(reranker=r) for r in args.reranker]
+    workspace = EngineWorkspace(engine, FolderSources(HomeLayout.at(resolve_home(args.home)).evaluation_sources_dir))
+    bar, progress = progress_bar(not args.json)
+    with bar:
+        result = compare_models(engine, workspace, args.project, variants, level=MetricLevel(args.level),
+                                include_unreviewed=args.include_unreviewed,
+                                progress=progress or no_progress)  # fmt: skip
+    if args.json:
+        emit_json(wire.to_json(result))
+        return 0
+    from rich.table import Table
+
+    table = Table("variant", "embedding", "reranker", "nDCG@10", "vs current [95% interval]", "p",
+                  title=f"project {result.project_id}: {result.compared} judged cases ({result.excluded} without a "
+                  f"relevant item left out), {result.level} level")  # fmt: skip
+    for v in result.variants:
+        mean = "-" if v.mean_ndcg_at_10 is None else f"{v.mean_ndcg_at_10:.4f}"
+        if v.diff is None or v.diff_low is None or v.diff_high is None:
+            diff, p = "", ""
+        else:
+            said = "" if v.significant else " (not significant)"
+            diff, p = f"{v.diff:+.4f} [{v.diff_low:+.4f}, {v.diff_high:+.4f}]{said}", f"{v.p_value:.3f}"
+        table.add_row(v.name, v.embedding, v.reranker, mean, diff, p)
+    render.console().print(table)
+    return 0
+
+
 def model(engine: Any, args: argparse.Namespace) -> int:
+    if args.action == "compare":
+        return compare(engine, args)
     if args.action == "list":
         views = engine.list_models()
         if args.json:

@@ -307,6 +307,10 @@ class Engine:
         return models.embedder_of_revision(revision) or models.embedder_for(generation.project_id) or self.embedder
 
     # -- ranking profiles (services/profiles.py) and tuning (services/tuning.py) -------------
+    def profile_ranking(self, project_id: str) -> Ranking:
+        """The profile and reranker of ``project_id``'s ranking profile alone (no cross-encoder)."""
+        return self._profiles.ranking_for(project_id)
+
     def ranking_for(self, project_id: str) -> Ranking:
         """The profile and reranker ``project_id`` ranks with: its own profile, else the defaults;
         a cross-encoder the project chose (issue 33) rescores the profile's rerank window."""

@@ -224,6 +224,13 @@ class ModelRegistry:
             except Exception:  # a listener (the watcher) failing never undoes the change
                 log.exception("a model-change listener failed")
 
+    def check_choice(self, choice: ModelChoice) -> None:
+        """``set_choice``'s checks of a choice, without storing it (a comparison's variants)."""
+        if choice.embedding is not None:
+            self._require_kind(choice.embedding, EMBEDDING)
+        if choice.reranker is not None and choice.reranker != NO_RERANKER:
+            self._require_kind(choice.reranker, RERANKER)
+
     def _require_kind(self, name: str, kind: str) -> None:
         actual = EMBEDDING if name == BUILTIN_MODEL else self._registered(name).spec.kind
         if actual != kind:

@@ -193,3 +193,48 @@ def test_a_build_that_fails_midway_leaves_the_current_generation_serving_unmixed
         engine.index("notes")
     assert generation_vectors(engine, "notes") == before  # the builtin's generation, untouched
     assert engine.activate("notes", "wing").response.revisions["embedding_model"] == before[0]
+
+
+def judged(engine: Engine, queries: tuple[str, ...]) -> None:
+    service = engine.evaluations()
+    for query in queries:
+        response = engine.activate("notes", query).response
+        case = service.create_case(response.run_id)
+        judgment = {"relevance": 2, "resource_id": response.fragments[0].resource_id}
+        service.replace_judgments(case.case_id, case.judgment_version, [judgment])
+        service.mark_reviewed(case.case_id, service.get_case(case.case_id).judgment_version)
+
+
+def test_models_are_compared_on_the_projects_own_cases_with_paired_intervals(engine: Engine) -> None:
+    from memory_core.ports.models import ModelChoice
+    from memory_core.services.beir_import import EngineWorkspace
+    from memory_core.services.model_comparison import compare_models
+
+    engine.add_model("small", "/models/small")
+    engine.index("notes")
+    judged(engine, ("wing flap number 3", "lift 21", "note 7 wing", "flap number 11", "lift 35 wing"))
+    scanner: Any = engine.indexer.scanner
+
+    def write_source(project_id: str, files: Any) -> Source:
+        for rel, data in files.items():
+            scanner.write(f"/scratch/{project_id}", rel, data)
+        return Source(f"/scratch/{project_id}")
+
+    projects = [p.project.project_id for p in engine.list_projects()]
+    result = compare_models(engine, EngineWorkspace(engine, write_source), "notes",
+                            [ModelChoice("small", None), ModelChoice("minilm", "none")])  # fmt: skip
+    current, small, same = result.variants
+    assert (result.compared, result.excluded, len(result.case_ids)) == (5, 0, 5)
+    assert current.name == "current" and current.embedding == "minilm" and current.diff is None
+    assert current.embedding_revision == engine.embedder.revision
+    # The small model re-embedded the frozen corpus: its scratch index is of its revision.
+    assert small.embedding == "small" and small.embedding_revision.startswith("fake:bbbb")
+    assert small.diff is not None and small.diff_low is not None and small.diff_high is not None
+    assert small.diff_low <= small.diff <= small.diff_high and small.p_value is not None
+    assert small.mean_ndcg_at_10 is not None and current.mean_ndcg_at_10 is not None
+    assert small.diff == pytest.approx(small.mean_ndcg_at_10 - current.mean_ndcg_at_10)
+    # The current models named again replay exactly as the current ones: no difference at all.
+    assert same.per_case == current.per_case and same.diff == 0.0 and same.p_value == 1.0 and not same.significant
+    assert [p.project.project_id for p in engine.list_projects()] == projects  # scratch projects removed
+    with pytest.raises(InvalidRequest, match="reranker model"):
+        compare_models(engine, EngineWorkspace(engine, write_source), "notes", [ModelChoice("minilm", "small")])

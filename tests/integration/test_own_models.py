@@ -189,3 +189,39 @@ def test_the_cli_adds_lists_chooses_and_removes(tmp_path: Path, models: dict[str
     assert memcore("project", "set", "--default", "--embedding", "minilm")[0] == 0
     assert memcore("model", "remove", "e5ish")[0] == 0
     assert [m["name"] for m in memcore("model", "list")[1]] == ["minilm", "ce"]
+
+
+def test_models_are_compared_on_the_projects_cases_through_the_real_index(
+    engine: Engine, models: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    engine.add_model("small", str(models["small"]))
+    engine.add_model("ce", str(models["ce"]))
+    engine.index("notes")
+    service = engine.evaluations()
+    for query, resource in (("wing lift", "wing.md"), ("turbine fuel", "engine.md"), ("rudder crosswind", "tail.md")):
+        case = service.create_case(engine.activate("notes", query).response.run_id)
+        service.replace_judgments(case.case_id, 0, [{"resource_id": resource, "relevance": 3}])
+        service.mark_reviewed(case.case_id, 1)
+    projects = [p.project.project_id for p in engine.list_projects()]
+    engine.close()  # the CLI opens the home itself
+
+    capsys.readouterr()
+    code = main(["--home", str(tmp_path / "home"), "model", "compare", "notes", "--embedding", "small",
+                 "--reranker", "ce", "--json"])  # fmt: skip
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["compared"] == 3
+    current, small, ce = result["variants"]
+    assert (current["embedding"], current["reranker"], current["diff"]) == ("minilm", "none", None)
+    assert current["mean_ndcg_at_10"] > 0.9  # MiniLM and BM25 find these three
+    assert small["embedding"] == "small" and small["embedding_revision"].startswith("BertModel@")
+    assert small["embedding_revision"] != current["embedding_revision"]  # the corpus was re-embedded
+    assert (ce["embedding"], ce["reranker"]) == ("minilm", "ce")
+    assert ce["embedding_revision"] == current["embedding_revision"]
+    for variant in (small, ce):
+        assert variant["diff_low"] <= variant["diff"] <= variant["diff_high"] and 0 < variant["p_value"] <= 1
+        assert variant["diff"] == pytest.approx(variant["mean_ndcg_at_10"] - current["mean_ndcg_at_10"])
+    again = bootstrap(tmp_path / "home")
+    try:
+        assert [p.project.project_id for p in again.list_projects()] == projects  # scratch projects removed
+    finally:
+        again.close()
