@@ -1,0 +1,95 @@
+"""The daemon client's HTTP on a Unix socket (``daemon/transport.py``), against a real HTTP/1.1
+server on a real socket: kept-alive connections, one the server closed is not reused, callers on
+several threads, and no server at all is ``DaemonUnavailable``."""
+
+from __future__ import annotations
+
+import json
+import socketserver
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import pytest
+
+from memory_core.entrypoints.daemon import api
+from memory_core.entrypoints.daemon.client import DaemonClient
+
+
+class Echo(BaseHTTPRequestHandler):
+    """Answers ``{"echo": <body>, "connection": n}``; keeps the connection unless the body says close."""
+
+    protocol_version = "HTTP/1.1"
+    server: EchoServer
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        answer = json.dumps({"echo": body, "connection": self.server.connection_of(self)}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+        self.wfile.flush()
+        if body.get("hang_up"):  # as uvicorn does to a connection idle too long: no notice
+            self.close_connection = True
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class EchoServer(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, Echo)
+        self._ids: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def connection_of(self, handler: BaseHTTPRequestHandler) -> int:
+        with self._lock:
+            return self._ids.setdefault(id(handler), len(self._ids) + 1)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[EchoServer, Path]]:
+    path = tmp_path / "echo.sock"
+    srv = EchoServer(str(path))
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv, path
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_calls_share_a_kept_alive_connection(server: tuple[EchoServer, Path]) -> None:
+    _, path = server
+    with DaemonClient(path, timeout=10) as client:
+        first = client.call_json("runtime_status", {"n": 1})
+        second = client.call_json("runtime_status", {"n": 2})
+    assert (first["echo"], second["echo"]) == ({"n": 1}, {"n": 2})
+    assert first["connection"] == second["connection"]
+
+
+def test_a_connection_the_server_closed_is_not_reused(server: tuple[EchoServer, Path]) -> None:
+    _, path = server
+    with DaemonClient(path, timeout=10) as client:
+        first = client.call_json("runtime_status", {"hang_up": True})
+        threading.Event().wait(0.2)  # the server's close reaches the idle connection
+        second = client.call_json("runtime_status", {"n": 2})
+    assert second["echo"] == {"n": 2}
+    assert second["connection"] != first["connection"]
+
+
+def test_callers_on_several_threads_each_get_their_own_answer(server: tuple[EchoServer, Path]) -> None:
+    _, path = server
+    with DaemonClient(path, timeout=10) as client, ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda i: client.call_json("runtime_status", {"i": i})["echo"], range(64)))
+    assert answers == [{"i": i} for i in range(64)]
+
+
+def test_no_server_is_daemon_unavailable(tmp_path: Path) -> None:
+    with DaemonClient(tmp_path / "nobody.sock", timeout=10) as client, pytest.raises(api.DaemonUnavailable):
+        client.call_json("runtime_status", {})
