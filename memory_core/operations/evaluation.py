@@ -115,7 +115,8 @@ class EvaluationCaseDetail:
         metadata={"schema": {"description": "every stored version, ascending (the last is the current one)"}}
     )
     metrics: CaseMetricsWire = attrs.field(
-        metadata={"schema": {"description": "level (unit, resource) -> variant (b1_bm25 .. b4_reranked) -> metric"}}
+        metadata={"schema": {"description": "level (unit, resource) -> variant (b1_bm25 .. b4_reranked, "
+                             "fusion_<name> per registered fusion) -> metric"}}
     )
     missed_evidence: tuple[MissedEvidence, ...]
     passages: tuple[CandidatePassage, ...] = attrs.field(
