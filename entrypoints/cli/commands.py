@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -13,10 +14,12 @@ from typing import Any
 from memory_core.domain.errors import InvalidActivationState, InvalidRequest
 from memory_core.domain.model import Layer
 from memory_core.entrypoints.bootstrap import bootstrap
-from memory_core.entrypoints.cli import render, wire
+from memory_core.entrypoints.cli import executor, render, wire
 from memory_core.entrypoints.cli.common import emit_json, hint, parse_source, progress_bar
 from memory_core.entrypoints.cli.output_file import OutputFile
 from memory_core.entrypoints.wire_input import decode_json
+from memory_core.operations.executor import Operations
+from memory_core.operations.runs import ListRetrievalRunsRequest, list_retrieval_runs
 from memory_core.runs.records import RunFilter
 from memory_core.services.engine import Engine
 from memory_core.services.freshness import Freshness
@@ -35,23 +38,23 @@ def run(args: argparse.Namespace) -> int:
     """Run a command against the home's daemon when one answers, else against an embedded engine."""
     key = (args.command, getattr(args, "action", None))
     handler = HANDLERS[key]
-    engine: Any = None
-    if key not in EMBEDDED_ONLY:
-        from memory_core.entrypoints.cli.client_engine import ClientEngine
-
-        engine = ClientEngine.running(args.home)
-    if engine is None:
+    engine: Any  # the table's operations (cli/executor.py), or the Engine for an embedded-only command
+    if key in EMBEDDED_ONLY:
         engine = bootstrap(args.home)
+    else:
+        from memory_core.entrypoints.cli.executor import connect
+
+        engine = connect(args.home, bootstrap)
     try:
         return handler(engine, args)
     finally:
         engine.close()
 
 
-def project_add(engine: Engine, args: argparse.Namespace) -> int:
+def project_add(engine: Operations, args: argparse.Namespace) -> int:
     default = Layer(args.layer)
-    project = engine.add_project(args.name, [parse_source(s, default) for s in args.source])
-    info = engine.show_project(project.project_id)
+    info = engine.add_project(args.name, tuple(parse_source(s, default) for s in args.source))
+    project = info.project
     if args.json:
         emit_json(wire.project_to_json(info))
     else:
@@ -61,8 +64,8 @@ def project_add(engine: Engine, args: argparse.Namespace) -> int:
     return 0
 
 
-def project_list(engine: Engine, args: argparse.Namespace) -> int:
-    infos = engine.list_projects()
+def project_list(engine: Operations, args: argparse.Namespace) -> int:
+    infos = list(engine.list_projects().projects)
     if args.json:
         emit_json([wire.project_to_json(i) for i in infos])
     else:
@@ -70,7 +73,7 @@ def project_list(engine: Engine, args: argparse.Namespace) -> int:
     return 0
 
 
-def project_show(engine: Engine, args: argparse.Namespace) -> int:
+def project_show(engine: Operations, args: argparse.Namespace) -> int:
     from memory_core.entrypoints.cli.watch_commands import show_health
 
     info = engine.show_project(args.name)
@@ -88,7 +91,7 @@ def project_show(engine: Engine, args: argparse.Namespace) -> int:
     return 0
 
 
-def project_remove(engine: Engine, args: argparse.Namespace) -> int:
+def project_remove(engine: Operations, args: argparse.Namespace) -> int:
     if (
         args.purge
         and not args.yes
@@ -109,14 +112,15 @@ def project_remove(engine: Engine, args: argparse.Namespace) -> int:
     return 0
 
 
-def project_storage(engine: Engine, args: argparse.Namespace) -> int:
+def project_storage(engine: Operations, args: argparse.Namespace) -> int:
     """``project storage show|move|clear``: Runs, Cases and blobs are never touched."""
     if args.storage_action == "move":
-        storage = engine.move_project_storage(args.name, args.destination)
+        # Absolute: a daemon resolves nothing against its own working directory.
+        storage = engine.move_project_storage(args.name, os.path.abspath(os.path.expanduser(args.destination)))
     elif args.storage_action == "clear":
         storage = engine.clear_project_storage(args.name)
     else:
-        storage = engine.project_storage(args.name)
+        storage = engine.show_project_storage(args.name)
     if args.json:
         emit_json(wire.to_json(storage))
         return 0
@@ -132,10 +136,12 @@ def project_storage(engine: Engine, args: argparse.Namespace) -> int:
     return 0
 
 
-def index(engine: Engine, args: argparse.Namespace) -> int:
+def index(engine: Operations, args: argparse.Namespace) -> int:
     bar, progress = progress_bar(not args.json)
-    with bar:
-        report = engine.index(args.name, force=args.force, progress=progress)
+    from memory_core.entrypoints.cli.executor import index_progress
+
+    with bar, index_progress(engine, args.name, progress):
+        report = engine.index_project(args.name, force=args.force)
     out = render.console()
     for warning in report.warnings:
         # stderr and no markup: --json output stays one document, and a file named "[b].md" prints as is.
@@ -163,11 +169,11 @@ def load_state(path: str | None) -> Any:
     return decode_json(data, what=f"activation state file {path!r}")  # the daemon's and MCP's decoder
 
 
-def activate(engine: Engine, args: argparse.Namespace) -> int:
+def activate(engine: Operations, args: argparse.Namespace) -> int:
     state = load_state(args.state)
     # Checked before activating: a --save-state path that cannot be written fails with no Run.
     with OutputFile(args.save_state, "--save-state") if args.save_state else nullcontext() as saved:
-        activation = engine.activate(args.project, args.query, budget=args.budget, state=state)
+        activation = executor.activate(engine, args.project, args.query, budget=args.budget, state=state)
         if saved is not None:
             saved.write(json.dumps(wire.to_json(activation.response.activation_state), indent=2).encode("utf-8"))
     warning = freshness_warning(args.project, activation.response.freshness)
@@ -202,11 +208,12 @@ def freshness_warning(project: str, freshness: Freshness) -> str | None:
     return f"the index of {project!r} is behind its sources ({'; '.join(said)}): {fix}"
 
 
-def runs_list(engine: Engine, args: argparse.Namespace) -> int:
+def runs_list(engine: Operations, args: argparse.Namespace) -> int:
     run_filter = RunFilter(
         project_id=args.project, status=args.status, since=args.since, until=args.until, query_contains=args.query
     )
-    page = engine.list_runs(run_filter, limit=args.limit, cursor=args.cursor)
+    request = ListRetrievalRunsRequest.of(run_filter, limit=args.limit, cursor=args.cursor)
+    page = engine.call(list_retrieval_runs, request)
     if args.json:
         emit_json(wire.to_json(page))
     else:
@@ -214,8 +221,8 @@ def runs_list(engine: Engine, args: argparse.Namespace) -> int:
     return 0
 
 
-def runs_show(engine: Engine, args: argparse.Namespace) -> int:
-    detail = engine.get_run(args.run_id, manifest=args.manifest)
+def runs_show(engine: Operations, args: argparse.Namespace) -> int:
+    detail = engine.get_retrieval_run(args.run_id, manifest=args.manifest)
     if args.json:
         emit_json(wire.to_json(detail))
     else:
@@ -233,12 +240,12 @@ def confirm(question: str, what: str = "to clear history") -> bool:
     return input(f"{question} [y/N] ").strip().lower() in {"y", "yes"}
 
 
-def runs_clear(engine: Engine, args: argparse.Namespace) -> int:
+def runs_clear(engine: Operations, args: argparse.Namespace) -> int:
     scope = f"project {args.project!r}" if args.project else "every project"  # --all says the default
     if not args.yes and not confirm(f"Delete the unpinned Retrieval Runs of {scope}?"):
         render.console().print("nothing deleted")
         return 0
-    report = engine.clear_runs(args.project)
+    report = engine.clear_retrieval_runs(args.project) if args.project else engine.clear_retrieval_runs(all=True)
     if args.json:
         emit_json(wire.to_json(report))
     else:
@@ -261,7 +268,7 @@ def _models() -> Any:
     return model_commands
 
 
-def evaluation(engine: Engine, args: argparse.Namespace) -> int:
+def evaluation(engine: Operations | Engine, args: argparse.Namespace) -> int:
     from memory_core.entrypoints.bootstrap import resolve_home
     from memory_core.entrypoints.cli import eval_commands
 
@@ -275,7 +282,7 @@ def demo(engine: Engine, args: argparse.Namespace) -> int:
     return run_demo(engine, resolve_home(args.home), as_json=args.json)
 
 
-HANDLERS: dict[tuple[str, str | None], Callable[[Engine, argparse.Namespace], int]] = {
+HANDLERS: dict[tuple[str, str | None], Callable[[Any, argparse.Namespace], int]] = {
     ("project", "add"): project_add,
     ("project", "list"): project_list,
     ("project", "show"): project_show,

@@ -13,7 +13,9 @@ from rich.table import Table
 from memory_core.entrypoints.cli import render
 from memory_core.entrypoints.cli.common import emit_json, read_json
 from memory_core.entrypoints.cli.wire import to_json
+from memory_core.evaluation.cases import CaseDetail, parse_judgments
 from memory_core.evaluation.report import Report
+from memory_core.operations.evaluation import EvaluationFixture, JudgmentInput
 from memory_core.services.engine import Engine
 
 
@@ -109,6 +111,10 @@ def _workspace(engine: Engine, home: Path) -> Any:
     return EngineWorkspace(engine, FolderSources(HomeLayout.at(home).evaluation_sources_dir))
 
 
+def _tuple(ids: Iterable[str] | None) -> tuple[str, ...] | None:
+    return None if ids is None else tuple(ids)
+
+
 def report_tables(report: Report) -> list[Any]:
     out: list[Any] = [f"{report.cases} cases ({report.reviewed_cases} reviewed); project {report.project_id or 'all'}"]
     for level_name, level in report.levels.items():
@@ -189,10 +195,15 @@ def replay_summary(result: Any) -> list[Any]:
     return out
 
 
-def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
-    service = engine.evaluations()
+def handle(engine: Any, args: argparse.Namespace, home: Path) -> int:
+    """``engine``: the table's operations (``cli/executor.py``), or the Engine for ``import-beir``
+    and ``replay``, which run embedded only (``commands.EMBEDDED_ONLY``)."""
     out = render.console()
     action = args.action if args.action != "case" else f"case {args.case_action}"
+    if action not in ("import-beir", "replay"):
+        from memory_core.entrypoints.cli.executor import operations
+
+        engine = operations(engine)
     if action == "case create":
         case = engine.create_evaluation_case(args.run_id)
         if args.json:
@@ -200,7 +211,7 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
         else:
             out.print(f"case {case.case_id} from run {case.source_run_id} (corpus {case.corpus_id[:12]}); run pinned")
     elif action == "case list":
-        cases = service.list_cases(args.project)
+        cases = list(engine.list_evaluation_cases(args.project).cases)
         if args.json:
             emit_json(to_json(cases))
         else:
@@ -218,41 +229,47 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
                 )
             out.print(table)
     elif action == "case show":
-        detail = service.show_case(args.case_id)
+        d = engine.get_evaluation_case(args.case_id)
+        detail = CaseDetail(d.case, d.trace, d.judgments, len(d.corpus.resources), d.metrics, d.missed_evidence,
+                            d.passages)  # fmt: skip
         if args.json:
             emit_json(to_json(detail))
         else:  # what a judge reads: every candidate's text from the frozen corpus
             for item in render.case_detail(detail):
                 out.print(item, highlight=False)
     elif action == "judge":
-        judgments = read_json(args.file, "judgment file")
-        judged = engine.replace_evaluation_judgments(args.case_id, args.expected_version, judgments)
+        judgments = parse_judgments(read_json(args.file, "judgment file"))  # invalid_judgments before any call
+        inputs = tuple(JudgmentInput.of(j) for j in judgments)
+        judged = engine.replace_evaluation_judgments(args.case_id, args.expected_version, inputs)
         if args.json:
             emit_json(to_json(judged))
         else:
             out.print(f"case {args.case_id}: judgments version {judged.version} ({len(judged.judgments)} judgments)")
     elif action == "review":
-        case = service.mark_reviewed(args.case_id, args.expected_version)
+        case = engine.mark_evaluation_reviewed(args.case_id, args.expected_version)
         emit_json(to_json(case)) if args.json else out.print(f"case {case.case_id} reviewed")
     elif action == "report":
-        _answer(out, args.json, engine.evaluation_report(args.project, args.cases), report_tables)
+        report = engine.evaluation_report(args.project, _tuple(args.cases)).to_report()
+        _answer(out, args.json, report, report_tables)
     elif action == "export":
         data = engine.export_evaluation_set(
-            project_id=args.project, case_ids=args.cases, with_history=args.with_history, with_uris=args.with_uris
-        )
+            project_id=args.project, case_ids=_tuple(args.cases), with_history=args.with_history,
+            with_uris=args.with_uris,
+        ).to_bytes()  # the file's bytes, as written in either mode
         if args.out == "-":
             sys.stdout.buffer.write(data)
         else:
             Path(args.out).write_bytes(data)
             out.print(f"wrote {args.out} ({len(data):,} bytes)")
     elif action == "import":
-        result = engine.import_evaluation_set(read_json(args.file, "fixture", document=True))
+        result = engine.import_evaluation_set(EvaluationFixture(read_json(args.file, "fixture", document=True)))
         _answer(out, args.json, result, import_summary)
     elif action == "import-beir":
         from memory_core.services.beir_import import import_beir
 
         beir = import_beir(
-            service, _workspace(engine, home), args.folder, args.project, split=args.split, reviewed=args.reviewed
+            engine.evaluations(), _workspace(engine, home), args.folder, args.project, split=args.split,
+            reviewed=args.reviewed,
         )
         if args.json:
             emit_json(to_json(beir))
@@ -266,7 +283,7 @@ def handle(engine: Engine, args: argparse.Namespace, home: Path) -> int:
         from memory_core.services.replay import baseline_from_report, replay
 
         fixture = read_json(args.fixture, "fixture", document=True) if args.fixture else None
-        replay_cases = load_fixture(fixture) if fixture is not None else evaluation_set(service)
+        replay_cases = load_fixture(fixture) if fixture is not None else evaluation_set(engine.evaluations())
         baseline_report = read_json(args.baseline, "baseline report", document=True) if args.baseline else None
         baseline = baseline_from_report(baseline_report) if baseline_report is not None else None
         replayed = replay(

@@ -13,7 +13,7 @@ from memory_core.entrypoints.cli import render, wire
 from memory_core.entrypoints.cli.common import emit_json, hint, read_json
 from memory_core.evaluation.learning import LearnResult
 from memory_core.evaluation.tuning import DEFAULT_FOLDS, GRID_KEYS, TuneMetrics, TuneResult
-from memory_core.services.engine import Engine
+from memory_core.operations.executor import Operations
 from memory_core.services.profiles import ProfileView
 
 
@@ -84,7 +84,7 @@ def _profile_lines(view: ProfileView) -> list[str]:
     return lines
 
 
-def project_profile(engine: Engine, args: argparse.Namespace) -> int:
+def project_profile(engine: Operations, args: argparse.Namespace) -> int:
     if args.profile_action == "set":
         if args.from_tune:
             view = engine.set_project_profile(args.name, from_tune=args.from_tune)
@@ -95,7 +95,7 @@ def project_profile(engine: Engine, args: argparse.Namespace) -> int:
     elif args.profile_action == "restore":
         view = engine.restore_project_profile(args.name, args.version)
     else:
-        view = engine.project_profile(args.name)
+        view = engine.show_project_profile(args.name)
     if args.json:
         emit_json(wire.to_json(view))
         return 0
@@ -140,7 +140,7 @@ def _tune_lines(result: TuneResult, home: str | None) -> list[str]:
     return lines + _apply_hint(result.proposed, result.project_id, f"--from-tune {result.tune_id}", home)
 
 
-def tune(engine: Engine, args: argparse.Namespace) -> int:
+def tune(engine: Operations, args: argparse.Namespace) -> int:
     result = engine.tune_project(args.project, grid=parse_grid(args.grid), folds=args.folds, level=args.level,
                                  include_unreviewed=args.include_unreviewed)  # fmt: skip
     return _print_result(result, _tune_lines(result, args.home), args.json)
@@ -175,7 +175,7 @@ def _learn_lines(result: LearnResult, home: str | None) -> list[str]:
     return lines + _apply_hint(result.proposed, result.project_id, f"--from-learn {result.learn_id}", home)
 
 
-def learn(engine: Engine, args: argparse.Namespace) -> int:
+def learn(engine: Operations, args: argparse.Namespace) -> int:
     result = engine.learn_project(args.project, folds=args.folds, level=args.level,
                                   include_unreviewed=args.include_unreviewed)  # fmt: skip
     return _print_result(result, _learn_lines(result, args.home), args.json)

@@ -24,6 +24,9 @@ from memory_core.domain.errors import MemoryCoreError
 from memory_core.domain.progress import Progress
 from memory_core.entrypoints.bootstrap import DEBOUNCE_MS, STEP_MS, ProjectHealth, ReindexRecord, parse_progress
 from memory_core.entrypoints.cli import render, wire
+from memory_core.entrypoints.daemon.client import DaemonClient
+from memory_core.operations.executor import InProcess
+from memory_core.services.engine import Engine
 
 FOLLOW_POLL_S = 1.0
 WATCH_START_S = 10.0
@@ -31,9 +34,23 @@ PROGRESS_POLL_S = 0.25
 QUEUED_STAGE = "waiting for other re-indexes"  # the bar of an index request queued behind others
 
 
+def daemon_of(ops: Any) -> DaemonClient | None:
+    """The daemon's client the operations go to, or None (in process, or not operations at all)."""
+    executor = getattr(ops, "executor", None)
+    return executor if isinstance(executor, DaemonClient) else None
+
+
+def engine_of(ops: Any) -> Engine | None:
+    """The engine the operations run on in this process, or None (through a daemon)."""
+    executor = getattr(ops, "executor", None)
+    if isinstance(executor, InProcess):
+        return executor.engine
+    return ops if isinstance(ops, Engine) else None
+
+
 def daemon_health(engine: Any, name: str) -> tuple[bool, ProjectHealth | None]:
     """(a daemon answers, its health record of ``name``); an embedded engine has neither."""
-    client = getattr(engine, "client", None)
+    client = daemon_of(engine)
     if client is None:
         return False, None
     status = client.runtime_status()
@@ -96,7 +113,8 @@ def show_health(engine: Any, info: Any, as_json: bool) -> dict[str, Any] | None:
     name = info.project.project_id
     daemon, health = daemon_health(engine, name)
     index_behind: bool | None = None
-    live = getattr(engine, "live_memory", None)
+    local = engine_of(engine)
+    live = local.live_memory if local is not None else None
     if not daemon and live is not None and info.generation is not None:
         try:
             index_behind = live.effective_memory(info.project).hash != info.generation.effective_memory_hash
@@ -179,11 +197,13 @@ def index_watch(engine: Any, args: argparse.Namespace) -> int:
     out = render.console()
     sys.stdout.flush()  # the first index's report, before a long wait
     try:
-        if getattr(engine, "client", None) is not None:
+        if daemon_of(engine) is not None:
             return _follow_daemon(engine, name, args.json)
         from memory_core.entrypoints.bootstrap import Watcher
 
-        watcher = Watcher(engine, only={name}, on_reindex=lambda pid, rec: _line(args.json, pid, rec))
+        local = engine_of(engine)
+        assert local is not None  # no daemon: the operations run on an engine here
+        watcher = Watcher(local, only={name}, on_reindex=lambda pid, rec: _line(args.json, pid, rec))
         watcher.start()
         deadline = time.monotonic() + WATCH_START_S
         while time.monotonic() < deadline and not any(h.watching or h.error for h in watcher.health(name)):
@@ -206,7 +226,7 @@ def index_watch(engine: Any, args: argparse.Namespace) -> int:
 
 def _follow_daemon(engine: Any, name: str, as_json: bool) -> int:
     """The daemon watches already (a second watcher would race it): print its re-indexes of ``name``."""
-    pid = engine.client.runtime_status().pid
+    pid = daemon_of(engine).runtime_status().pid  # type: ignore[union-attr]
     if not as_json:
         render.console().print(f"the daemon (pid {pid}) watches {name}; following its re-indexes, Ctrl-C to stop")
     _, health = daemon_health(engine, name)

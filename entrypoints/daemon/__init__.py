@@ -5,5 +5,5 @@ Modules stay import-light (uvicorn, starlette and httpx load where they are used
 ``openapi`` (the contract), ``server`` (``serve``) with ``sockets``, ``background`` and ``idle``,
 ``client`` (typed client), ``launcher`` (start the daemon on demand), ``cli``. The MCP tool
 (``memory_core.entrypoints.mcp``) and the CLI's daemon mode
-(``memory_core.entrypoints.cli.client_engine``) are clients of this package.
+(``memory_core.entrypoints.cli.executor``) are clients of this package.
 """

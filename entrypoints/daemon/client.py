@@ -10,28 +10,26 @@ import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from memory_core.domain.errors import MemoryCoreError
-from memory_core.domain.jobs import JobInfo
 from memory_core.domain.model import Source
 from memory_core.entrypoints.daemon import api, dispatch, paths
 from memory_core.evaluation.cases import Case, Judgment, JudgmentSet, parse_judgments
 from memory_core.evaluation.fixture import ImportResult, parse_document
 from memory_core.evaluation.learning import LearnResult
 from memory_core.evaluation.tuning import TuneResult
-from memory_core.runs.records import ClearReport, RunDetail, RunFilter, RunPage
-from memory_core.services.activation import ActivationResponse
+from memory_core.operations import Operation
+from memory_core.runs.records import RunFilter, RunPage
 from memory_core.services.engine import ProjectInfo
-from memory_core.services.indexing import IndexReport
-from memory_core.services.local_storage import ProjectRemoval, ProjectStorage
-from memory_core.services.profiles import ProfileView
+from memory_core.services.local_storage import ProjectStorage
 
 CONNECT_TIMEOUT_S = 5.0
 PROBE_TIMEOUT_S = 5.0
 
 
 P = ParamSpec("P")
+Q = TypeVar("Q")
 R = TypeVar("R")
 
 
@@ -113,16 +111,23 @@ class DaemonClient:
         return cls.for_home(home, timeout=timeout)
 
     # -- transport ---------------------------------------------------------------------------
-    def call(self, name: str, request: Any) -> Any:
-        """Call ``name`` with its typed request; return its typed response."""
-        method = dispatch.lookup(name)
+    @overload
+    def call(self, name: Operation[Q, R], request: Q) -> R: ...
+
+    @overload
+    def call(self, name: str, request: Any) -> Any: ...
+
+    def call(self, name: str | Operation[Any, Any], request: Any) -> Any:
+        """Call operation ``name`` (or its name) with its typed request; return its typed response.
+        So a client is an executor (``memory_core.operations.executor``): the CLI's calls run here."""
+        method = dispatch.lookup(name if isinstance(name, str) else name.name)
         if not isinstance(request, method.request):
-            raise TypeError(f"{name} takes {method.request.__name__}, not {type(request).__name__}")
-        body = self.call_json(name, api.unstructure(self._converter, request))
+            raise TypeError(f"{method.name} takes {method.request.__name__}, not {type(request).__name__}")
+        body = self.call_json(method.name, api.unstructure(self._converter, request))
         try:
             return api.structure(self._converter, body, method.response)
         except MemoryCoreError as exc:
-            raise MemoryCoreError(f"daemon response to {name} does not match {method.response.__name__}: "
+            raise MemoryCoreError(f"daemon response to {method.name} does not match {method.response.__name__}: "
                                   f"{exc.message}", **exc.details) from exc
 
     def call_json(self, name: str, body: Mapping[str, Any]) -> Any:
@@ -153,35 +158,17 @@ class DaemonClient:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    # -- typed methods: the dispatch table's, each called with its request type's fields ---------
-    # ``Remote`` where the call is mechanical; a def where the client adapts its arguments or
-    # answer. ``_of_the_table`` (below) checks each against the table and derives any missing.
-    runtime_status = Remote(api.RuntimeStatusRequest, api.RuntimeStatus)
-    show_project = Remote(api.ShowProjectRequest, ProjectInfo)
-    remove_project = Remote(api.RemoveProjectRequest, ProjectRemoval)
-    show_project_storage = Remote(api.ShowProjectStorageRequest, ProjectStorage)
-    clear_project_storage = Remote(api.ClearProjectStorageRequest, ProjectStorage)
-    index_project = Remote(api.IndexProjectRequest, IndexReport)
-    activate_memory = Remote(api.ActivateMemoryRequest, ActivationResponse)
-    get_retrieval_run = Remote(api.GetRetrievalRunRequest, RunDetail)
-    # Clear History of one project, or of every project with ``all=True``.
-    clear_retrieval_runs = Remote(api.ClearRetrievalRunsRequest, ClearReport)
-    create_evaluation_case = Remote(api.CreateEvaluationCaseRequest, Case)
-    get_evaluation_case = Remote(api.GetEvaluationCaseRequest, api.EvaluationCaseDetail)
-    search_corpus_resources = Remote(api.SearchCorpusResourcesRequest, api.CorpusResourcePage)
-    mark_evaluation_reviewed = Remote(api.MarkEvaluationReviewedRequest, Case)
-    show_project_profile = Remote(api.ShowProjectProfileRequest, ProfileView)
-    set_project_profile = Remote(api.SetProjectProfileRequest, ProfileView)
-    restore_project_profile = Remote(api.RestoreProjectProfileRequest, ProfileView)
-    tune_project = Remote(api.TuneProjectRequest, TuneResult)
-    list_jobs = Remote(api.ListJobsRequest, api.JobList)
-    cancel_job = Remote(api.CancelJobRequest, JobInfo)
+    # -- the operations as methods --------------------------------------------------------------
+    # Every operation of the table is a method of its name, called with its request type's fields
+    # (a ``Remote``, made below the class by ``_of_the_table``): nothing here to add for a new one.
+    # ``call(op, request)`` is the typed form. What follows are the calls where the client adapts
+    # its arguments or the answer (an iterable of ids, a filter, a judgment file, fixture bytes).
+    if TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Callable[..., Any]: ...
 
     def list_tunings(self, project_id: str) -> list[TuneResult]:
         return list(self.call("list_tunings", api.ListTuningsRequest(project_id)).tunings)
-
-    learn_project = Remote(api.LearnProjectRequest, LearnResult)
-    set_profile_from_learning = Remote(api.SetProfileFromLearningRequest, ProfileView)
 
     def list_learnings(self, project_id: str) -> list[LearnResult]:
         return list(self.call("list_learnings", api.ListLearningsRequest(project_id)).learnings)
@@ -256,9 +243,8 @@ def _ids(case_ids: Iterable[str] | None) -> tuple[str, ...] | None:
 
 
 def _of_the_table(cls: type[DaemonClient]) -> None:
-    """Hold the client to the dispatch table, the one list of methods: a ``Remote`` must name an
-    entry with its request and response types, a def must name an entry, and an entry the class
-    does not spell out becomes a ``Remote`` of its types (callable at once; untyped until declared)."""
+    """Every method of the dispatch table, the one list of operations, as a ``Remote`` of its
+    types, unless the class spells it out (a ``Remote`` it declares must agree with the table)."""
     for name, member in vars(cls).items():
         if isinstance(member, Remote):
             method = dispatch.lookup(name)

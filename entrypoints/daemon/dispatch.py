@@ -57,6 +57,9 @@ class Method:
     # False: the handler takes the engine lock itself (``Context.engine_held``) if at all: process
     # state answers even while the engine is busy, and a wait need not hold the lock.
     uses_engine: bool = True
+    # The operation's own request size limit (a test may lower it): the app reads it from here.
+    max_body_bytes: int | None = attrs.field(default=attrs.Factory(lambda self: self.op.max_body_bytes,
+                                                                   takes_self=True))  # fmt: skip
 
     name = property(lambda self: self.op.name)
     traits = property(lambda self: self.op.traits)
@@ -65,7 +68,6 @@ class Method:
     summary = property(lambda self: self.op.summary)
     errors = property(lambda self: self.op.errors)
     allow_get = property(lambda self: self.op.allow_get)
-    max_body_bytes = property(lambda self: self.op.max_body_bytes)
 
 
 @attrs.define

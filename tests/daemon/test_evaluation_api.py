@@ -40,7 +40,6 @@ from memory_core.domain.evaluation_errors import (
 from memory_core.domain.model import Source
 from memory_core.entrypoints.bootstrap import bootstrap_in_memory
 from memory_core.entrypoints.cli import eval_commands, wire
-from memory_core.entrypoints.cli.client_engine import ClientEngine
 from memory_core.entrypoints.cli.main import build_parser
 from memory_core.entrypoints.daemon import api
 from memory_core.entrypoints.daemon.app import create_app
@@ -48,6 +47,7 @@ from memory_core.entrypoints.daemon.client import DaemonClient
 from memory_core.entrypoints.daemon.dispatch import TABLE, Context
 from memory_core.evaluation.cases import Case, Judgment, JudgmentSet
 from memory_core.evaluation.fixture import ImportResult
+from memory_core.operations.executor import Operations
 from memory_core.services import corpus_search
 from memory_core.services.engine import Engine
 
@@ -614,7 +614,7 @@ def test_memcore_eval_answers_the_same_through_the_client_engine(
 ) -> None:
     ids = judged_cases(http)
     embedded: Engine = context.engine
-    served = ClientEngine(client)
+    served = Operations(client)
     for argv in (["case", "list", "--json"], ["case", "list", "--project", "other", "--json"],
                  ["case", "show", ids[0], "--json"], ["report", "--json"], ["report", "--case", ids[1], "--json"],
                  ["report"], ["case", "list"]):

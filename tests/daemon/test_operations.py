@@ -1,5 +1,6 @@
-"""The table of operations (``daemon/dispatch.py``): what is derived from it, and the request
-types' bounds enforced where they are declared."""
+"""The table of operations (``memory_core/operations``, served by ``daemon/dispatch.py``): what is
+derived from it, the request types' bounds enforced where they are declared, and one interface
+over an executor, in process or through the daemon."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ from typing import Any
 import attrs
 import pytest
 
-from memory_core.domain.errors import InvalidRequest
+from memory_core.domain.errors import InvalidRequest, ProjectNotFound
 from memory_core.entrypoints.daemon import api, dispatch
+from memory_core.entrypoints.daemon.client import DaemonClient
 from memory_core.entrypoints.mcp.tools import tool_definitions
 from memory_core.entrypoints.ui.app import UI_METHODS
+from memory_core.operations import OPERATIONS, READ, Operation, names, projects, registry
+from memory_core.operations.executor import InProcess, Operations
+from memory_core.services.engine import Engine, ProjectInfo
 
 BOUNDS = ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems")
 
@@ -85,3 +90,52 @@ def test_the_jobs_a_child_runs_are_the_tables_jobs() -> None:
     assert dispatch.names(dispatch.JOB) - {"index_project"} == jobs.OPERATIONS
     for name in jobs.OPERATIONS:
         assert dispatch.TABLE[name].uses_engine is False, f"{name} must not hold the engine lock while it runs"
+
+
+# -- one table in the core, one interface over an executor ----------------------------------------
+def test_the_daemons_methods_are_the_cores_operations_and_its_own_runtime_status() -> None:
+    assert [m.name for m in dispatch.METHODS] == ["runtime_status", *(o.name for o in OPERATIONS)]
+    for method, op in zip(dispatch.METHODS[1:], OPERATIONS, strict=True):
+        assert method.op is op and method.request is op.request and method.response is op.response
+    assert names(READ) | {"runtime_status"} == dispatch.names(dispatch.READ)
+
+
+def test_every_method_is_a_client_method() -> None:
+    for name in dispatch.TABLE:
+        assert callable(getattr(DaemonClient, name)), name
+
+
+def test_an_operation_answers_alike_in_process_and_through_the_daemon(http: Any, context: Any) -> None:
+    from .test_api import indexed
+
+    indexed(http)
+    here = Operations(InProcess(context.engine))
+    there = Operations(DaemonClient("/nonexistent/memcore.sock", http=http))
+    for name, args in (("list_projects", ()), ("show_project", ("ledger",)), ("show_project_storage", ("ledger",)),
+                       ("show_project_profile", ("ledger",)), ("list_tunings", ("ledger",))):  # fmt: skip
+        assert getattr(here, name)(*args) == getattr(there, name)(*args), name
+    assert here.call(projects.show_project, projects.ShowProjectRequest("ledger")).project.project_id == "ledger"
+    for ops in (here, there):  # the same typed error either way
+        with pytest.raises(ProjectNotFound):
+            ops.show_project("nope")
+        with pytest.raises(InvalidRequest, match="must be absolute"):  # the request refuses it, before any call
+            ops.move_project_storage("ledger", "relative/dir")
+
+
+def test_a_registered_operation_is_callable_at_once(context: Any) -> None:
+    """Adding an operation is its declaration: the interface over an executor finds it by name."""
+
+    def echo_project(engine: Engine, req: projects.ShowProjectRequest) -> ProjectInfo:
+        return engine.show_project(req.project_id)
+
+    op = registry.register(Operation("echo_project", READ, projects.ShowProjectRequest, ProjectInfo, echo_project,
+                                     "A throwaway operation."))  # fmt: skip
+    try:
+        assert "echo_project" in names(READ)
+        with pytest.raises(ProjectNotFound):
+            Operations(InProcess(context.engine)).echo_project("nope")
+        with pytest.raises(ValueError, match="declared twice"):
+            registry.register(op)
+    finally:
+        OPERATIONS.remove(op)
+    assert not hasattr(Operations(InProcess(context.engine)), "echo_project")

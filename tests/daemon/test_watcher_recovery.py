@@ -351,15 +351,16 @@ def test_progress_text_reads_back() -> None:
 
 
 def test_memcore_index_through_the_daemon_draws_its_wait_behind_another_project(setup: Setup, tmp_path: Path) -> None:
-    """``memcore index`` (``ClientEngine.index`` with a progress bar) queued behind another
+    """``memcore index`` (``index_project`` with a progress bar, cli/executor.py) queued behind another
     project's build: the bar says how many re-indexes are ahead, then that none is."""
     from starlette.testclient import TestClient
 
-    from memory_core.entrypoints.cli.client_engine import ClientEngine
+    from memory_core.entrypoints.cli.executor import index_progress
     from memory_core.entrypoints.cli.watch_commands import QUEUED_STAGE
     from memory_core.entrypoints.daemon.app import create_app
     from memory_core.entrypoints.daemon.client import DaemonClient
     from memory_core.entrypoints.daemon.dispatch import Context
+    from memory_core.operations.executor import Operations
 
     setup.add("big", tmp_path / "big")
     setup.add("small", tmp_path / "small")
@@ -368,7 +369,7 @@ def test_memcore_index_through_the_daemon_draws_its_wait_behind_another_project(
     context.watcher = watcher
     drawn: list[tuple[str, int, int]] = []
     with TestClient(create_app(context)) as http:
-        engine = ClientEngine(DaemonClient(setup.home / "unused.sock", timeout=WAIT_S, http=http))
+        ops = Operations(DaemonClient(setup.home / "unused.sock", timeout=WAIT_S, http=http))
         setup.indexer.gate.clear()
         big = index_in_background(watcher, "big")
         wait_for("big building", lambda: setup.health("big").indexing)
@@ -376,7 +377,9 @@ def test_memcore_index_through_the_daemon_draws_its_wait_behind_another_project(
 
         def index_small() -> None:
             try:
-                small.set_result(engine.index("small", force=True, progress=lambda *step: drawn.append(step)))
+                with index_progress(ops, "small", lambda *step: drawn.append(step)):
+                    report = ops.index_project("small", force=True)
+                small.set_result(report)
             except BaseException as exc:
                 small.set_exception(exc)
 

@@ -1,0 +1,65 @@
+"""Where the CLI's operations run: the table's operations (``memory_core.operations``) over an
+executor, the home's daemon when one answers (``DaemonClient``), else an engine in this process
+(``InProcess``). The command handlers call ``ops.<operation>(...)`` and cannot tell which, so
+every command behaves the same in both modes; nothing here copies an operation.
+
+What the CLI adds to an operation is the same in both modes too: an activation's candidates are
+read back from the Run it recorded (``get_retrieval_run``), and an index's progress comes from
+the daemon's health while the request waits, or from the engine in process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from memory_core.domain.progress import Progress
+from memory_core.entrypoints.daemon.client import DaemonClient
+from memory_core.operations.executor import InProcess, Operations
+from memory_core.operations.registry import reporting
+from memory_core.retrieval.activation_state import ActivationState
+from memory_core.services.activation import Activation
+from memory_core.services.engine import Engine
+
+
+def connect(home: str | os.PathLike[str] | None, engine: Any = None) -> Operations:
+    """The operations over the daemon serving ``home`` if one answers, else over an engine here
+    (``engine``: a callable that builds it)."""
+    client = DaemonClient.running(home)
+    return Operations(client if client is not None else InProcess(engine(home)))
+
+
+def operations(engine: Engine | Operations) -> Operations:
+    """The operations over ``engine`` in this process (already operations: as they are)."""
+    return engine if isinstance(engine, Operations) else Operations(InProcess(engine))
+
+
+@contextlib.contextmanager
+def index_progress(ops: Operations, project_id: str, progress: Progress | None) -> Iterator[None]:
+    """``progress`` called while ``index_project`` runs: from the daemon's health (how many
+    re-indexes the request waits behind, then its build's stages), or the engine's own calls."""
+    from memory_core.entrypoints.cli.watch_commands import daemon_of, daemon_progress
+
+    client = daemon_of(ops)
+    if client is None or progress is None:
+        with reporting(progress):
+            yield
+        return
+    with daemon_progress(client, project_id, progress):
+        yield
+
+
+def activate(
+    ops: Operations, project_id: str, query: str, *, budget: int | None = None,
+    state: ActivationState | Mapping[str, Any] | None = None,
+) -> Activation:  # fmt: skip
+    """``activate_memory``, with the ranked candidates the Run recorded (``CandidateRecord``
+    values in final order: what the stage table and ``--json`` show)."""
+    held = state if state is None or isinstance(state, ActivationState) else ActivationState.from_json(state)
+    response = ops.activate_memory(project_id, query, budget=budget, activation_state=held)
+    candidates: tuple[Any, ...] = ()
+    if response.run_id is not None:  # None only when the Run could not be written
+        candidates = ops.get_retrieval_run(response.run_id).candidates
+    return Activation(response, candidates)
