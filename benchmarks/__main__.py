@@ -20,6 +20,7 @@ MODULES = [
     "api_overhead",
     "jobs_isolation",
     "peer_comparison",
+    "daemon_latency",
     "dev_collections",
     "evaluation_scale",
     "tuning",
