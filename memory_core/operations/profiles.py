@@ -23,6 +23,19 @@ from memory_core.services.engine import Engine
 from memory_core.services.profiles import ProfileView
 
 
+def _folds() -> Any:
+    return attrs.field(default=DEFAULT_FOLDS, metadata={"schema": {"minimum": 2, "maximum": MAX_FOLDS}})
+
+
+def _level() -> Any:
+    return attrs.field(default="resource", metadata={"schema": {"enum": ["unit", "resource"]}})
+
+
+def _cross_validation(req: TuneProjectRequest | LearnProjectRequest) -> dict[str, Any]:
+    """How a tuning and a learning are cross-validated: the options both take."""
+    return {"folds": req.folds, "level": req.level, "include_unreviewed": req.include_unreviewed}
+
+
 @attrs.frozen(field_transformer=bounded)
 class ShowProjectProfileRequest:
     project_id: str
@@ -82,8 +95,8 @@ class TuneProjectRequest:
     grid: Mapping[str, list[Any]] | None = described(
         "values to search per key (others keep the default grid): " + ", ".join(GRID_KEYS), None
     )
-    folds: int = attrs.field(default=DEFAULT_FOLDS, metadata={"schema": {"minimum": 2, "maximum": MAX_FOLDS}})
-    level: str = attrs.field(default="resource", metadata={"schema": {"enum": ["unit", "resource"]}})
+    folds: int = _folds()
+    level: str = _level()
     include_unreviewed: bool = False
 
 
@@ -93,8 +106,7 @@ class TuneProjectRequest:
            "Runs as a job, beside activations (seconds at 1,000 cases).",
            (err.ProjectNotFound, EvaluationSetEmpty, err.InvalidRequest, err.JobInterrupted))  # fmt: skip
 def tune_project(engine: Engine, req: TuneProjectRequest) -> TuneResult:
-    return engine.tune_project(req.project_id, grid=req.grid, folds=req.folds, level=req.level,
-                               include_unreviewed=req.include_unreviewed)  # fmt: skip
+    return engine.tune_project(req.project_id, grid=req.grid, **_cross_validation(req))
 
 
 @attrs.frozen(field_transformer=bounded)
@@ -119,8 +131,8 @@ class LearnProjectRequest:
     """Learn a ranker from the project's judged cases, cross-validated (docs/evaluation.md)."""
 
     project_id: str
-    folds: int = attrs.field(default=DEFAULT_FOLDS, metadata={"schema": {"minimum": 2, "maximum": MAX_FOLDS}})
-    level: str = attrs.field(default="resource", metadata={"schema": {"enum": ["unit", "resource"]}})
+    folds: int = _folds()
+    level: str = _level()
     include_unreviewed: bool = False
 
 
@@ -130,8 +142,7 @@ class LearnProjectRequest:
            "the nDCG@10 gain lies above 0. The model is kept by its SHA-256. Runs as a job, beside activations.",
            (err.ProjectNotFound, EvaluationSetEmpty, err.InvalidRequest, err.JobInterrupted))  # fmt: skip
 def learn_project(engine: Engine, req: LearnProjectRequest) -> LearnResult:
-    return engine.learn_project(req.project_id, folds=req.folds, level=req.level,
-                                include_unreviewed=req.include_unreviewed)  # fmt: skip
+    return engine.learn_project(req.project_id, **_cross_validation(req))
 
 
 @attrs.frozen(field_transformer=bounded)
