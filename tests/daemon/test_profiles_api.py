@@ -1,5 +1,5 @@
 """Project profiles and tuning through the real daemon on its socket, and the CLI against it
-(``ClientEngine``): set, show, restore, refusals with stable codes, and a Run recording the
+(the operations over its client, ``cli/executor.py``): set, show, restore, refusals with stable codes, and a Run recording the
 project's own profile."""
 
 from __future__ import annotations
