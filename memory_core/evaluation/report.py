@@ -49,8 +49,8 @@ from memory_core.evaluation.metric_registry import JUDGED, RANKING, RETURNED, Me
 from memory_core.evaluation.metrics import Judgments, MetricLevel, RankedItem, ReturnedFragment, grade, resource_ranking
 from memory_core.evaluation.statistics import (
     DEFAULT_BOOTSTRAP_RESAMPLES,
-    paired_bootstrap,
-    paired_randomization_p,
+    paired_bootstraps,
+    paired_randomization_ps,
     percentile_nearest_rank,
     summarize,
 )
@@ -182,22 +182,43 @@ class _WindowInput:
         return self.record.resource_id
 
 
-def _fused(candidates: Iterable[CandidateRecord], fusion: str) -> list[CandidateRecord]:
-    """``apply_rerank``'s order with ``fusion`` scoring the recorded window (module docstring)."""
-    fused = sorted(candidates, key=lambda c: c.rrf_rank)
-    window = [c for c in fused if c.rerank_rank is not None]
+def _fused(by_rrf: Sequence[CandidateRecord], window: Sequence[CandidateRecord], fusion: str) -> list[CandidateRecord]:
+    """``apply_rerank``'s order with ``fusion`` scoring the recorded window (module docstring):
+    ``by_rrf`` is every candidate in RRF order, ``window`` those of them with a rerank rank."""
     scores = FUSIONS[fusion]().rerank("", [_WindowInput(c) for c in window]) if window else []
     by_score = sorted(range(len(window)), key=lambda i: (-scores[i], window[i].rrf_rank))
-    return [window[i] for i in by_score] + [c for c in fused if c.rerank_rank is None]
+    return [window[i] for i in by_score] + [c for c in by_rrf if c.rerank_rank is None]
+
+
+def _ranked(candidates: Sequence[CandidateRecord], variants: Sequence[Variant]) -> dict[str, list[CandidateRecord]]:
+    """Each variant's candidates in its order; the RRF order and the window are sorted once for
+    every fusion variant."""
+    out: dict[str, list[CandidateRecord]] = {}
+    by_rrf: list[CandidateRecord] | None = None
+    window: list[CandidateRecord] = []
+    for variant in variants:
+        if variant.fusion is not None:
+            if by_rrf is None:
+                by_rrf = sorted(candidates, key=lambda c: c.rrf_rank)
+                window = [c for c in by_rrf if c.rerank_rank is not None]
+            out[variant.name] = _fused(by_rrf, window, variant.fusion)
+        else:
+            ranked = [c for c in candidates if getattr(c, variant.rank_field) is not None]
+            ranked.sort(key=lambda c: (getattr(c, variant.rank_field), c.final_rank))
+            out[variant.name] = ranked
+    return out
+
+
+def variant_rankings(candidates: Iterable[CandidateRecord]) -> dict[str, list[RankedItem]]:
+    """The units every variant ranks (``VARIANTS``), in its order; each candidate's item made once."""
+    records = list(candidates)
+    item = {id(c): RankedItem(c.unit_id, c.resource_id, c.resource_hash) for c in records}
+    return {name: [item[id(c)] for c in ranked] for name, ranked in _ranked(records, VARIANTS).items()}
 
 
 def variant_ranking(candidates: Iterable[CandidateRecord], variant: Variant) -> list[RankedItem]:
     """The units a variant ranks, in its order; a candidate without that stage's rank is absent."""
-    if variant.fusion is not None:
-        ranked = _fused(candidates, variant.fusion)
-    else:
-        ranked = [c for c in candidates if getattr(c, variant.rank_field) is not None]
-        ranked.sort(key=lambda c: (getattr(c, variant.rank_field), c.final_rank))
+    ranked = _ranked(list(candidates), (variant,))[variant.name]
     return [RankedItem(c.unit_id, c.resource_id, c.resource_hash) for c in ranked]
 
 
@@ -206,7 +227,9 @@ def ranking_metrics(
 ) -> dict[str, float | None]:
     """The registered judged and ranking metrics of one ranking at one level."""
     items = list(ranking) if level is MetricLevel.UNIT else resource_ranking(ranking)
-    value = MetricInput(grade(ranking, judgments, level), items, corpus_hashes, judgments, level)
+    # Graded from ``items``: at resource level grading keeps the first unit of each resource, which
+    # ``items`` already is, so it is not deduplicated twice.
+    value = MetricInput(grade(items, judgments, level), items, corpus_hashes, judgments, level)
     return {m.name: m.compute(value) for m in registry.of_kind(JUDGED, RANKING)}
 
 
@@ -229,12 +252,18 @@ def returned_metrics(case: CaseInput, level: MetricLevel) -> dict[str, float | N
 
 
 def case_metrics(case: CaseInput) -> CaseMetrics:
+    rankings = variant_rankings(case.candidates)  # one ranking per variant, graded at each level
     out: CaseMetrics = {}
     for level in LEVELS:
-        out[level.value] = {
-            v.name: ranking_metrics(variant_ranking(case.candidates, v), case.judgments, case.corpus_hashes, level)
-            for v in VARIANTS
-        }
+        # Variants often rank alike (B3 and fusion_rrf; B4 and the fusion the project runs): an
+        # order already graded at this level is not graded again (its items are the same objects).
+        graded: dict[tuple[int, ...], dict[str, float | None]] = {}
+        values = out[level.value] = {}
+        for name, ranking in rankings.items():
+            key = tuple(map(id, ranking))
+            if key not in graded:
+                graded[key] = ranking_metrics(ranking, case.judgments, case.corpus_hashes, level)
+            values[name] = dict(graded[key])
         out[level.value][BASELINE.name].update(returned_metrics(case, level))
     return out
 
@@ -409,24 +438,42 @@ def too_few_cases(n: int) -> str:
     return f"n={n}: too few paired cases for an interval or p-value (needs {MIN_CASES_FOR_INTERVAL})"
 
 
-def _comparisons(per_case: Mapping[str, CaseMetrics], level: str, resamples: int) -> tuple[Comparison, ...]:
-    judged = [m for m in per_case.values() if m[level][BASELINE.name][NDCG] is not None]
-    out = []
-    for other in (v for v in VARIANTS if v is not BASELINE):
-        if not judged:
-            out.append(Comparison(BASELINE.name, other.name, NDCG, 0, None, None, None, None, "no judged case"))
-            continue
+def _comparisons(per_case: Mapping[str, CaseMetrics], resamples: int) -> dict[str, tuple[Comparison, ...]]:
+    """Each level's comparisons. Every comparison with as many paired cases draws from the same
+    resamples and sign flips (both levels usually judge the same cases): the draws are made once,
+    and each result still equals paired_bootstrap(a, b) and paired_randomization_p(a, b) at the seed."""
+    others = [v for v in VARIANTS if v is not BASELINE]
+    out: dict[str, list[Comparison | None]] = {}
+    drawn: dict[int, list[tuple[str, int, list[float], list[float]]]] = {}  # cases -> (level, slot, a, b)
+    for level in (lv.value for lv in LEVELS):
+        judged = [m for m in per_case.values() if m[level][BASELINE.name][NDCG] is not None]
         a = [float(m[level][BASELINE.name][NDCG] or 0.0) for m in judged]
-        b = [float(m[level][other.name][NDCG] or 0.0) for m in judged]
-        if len(a) < MIN_CASES_FOR_INTERVAL:
-            mean_diff = math.fsum(x - y for x, y in zip(a, b, strict=True)) / len(a)
-            reason = too_few_cases(len(a))
-            out.append(Comparison(BASELINE.name, other.name, NDCG, len(a), mean_diff, None, None, None, reason))
-            continue
-        interval = paired_bootstrap(a, b, resamples=resamples, seed=BOOTSTRAP_SEED)
-        p = paired_randomization_p(a, b, resamples=resamples, seed=BOOTSTRAP_SEED)
-        out.append(Comparison(BASELINE.name, other.name, NDCG, len(a), *interval, p))
-    return tuple(out)
+        slots: list[Comparison | None] = out.setdefault(level, [])
+        for slot, other in enumerate(others):
+            b = [float(m[level][other.name][NDCG] or 0.0) for m in judged]
+            if not judged:
+                slots.append(Comparison(BASELINE.name, other.name, NDCG, 0, None, None, None, None, "no judged case"))
+            elif len(a) < MIN_CASES_FOR_INTERVAL:
+                reason = too_few_cases(len(a))
+                slots.append(
+                    Comparison(BASELINE.name, other.name, NDCG, len(a), _mean_diff(a, b), None, None, None, reason)
+                )
+            else:
+                slots.append(None)
+                drawn.setdefault(len(a), []).append((level, slot, a, b))
+    for group in drawn.values():
+        pairs = [(a, b) for _, _, a, b in group]
+        intervals = paired_bootstraps(pairs, resamples=resamples, seed=BOOTSTRAP_SEED)
+        ps = paired_randomization_ps(pairs, resamples=resamples, seed=BOOTSTRAP_SEED)
+        for (level, slot, a, _), interval, p in zip(group, intervals, ps, strict=True):
+            out[level][slot] = Comparison(BASELINE.name, others[slot].name, NDCG, len(a), *interval, p)
+    filled = {level: tuple(c for c in slots if c is not None) for level, slots in out.items()}
+    assert all(len(c) == len(others) for c in filled.values()), "every comparison is made"
+    return filled
+
+
+def _mean_diff(a: Sequence[float], b: Sequence[float]) -> float:
+    return math.fsum(x - y for x, y in zip(a, b, strict=True)) / len(a)
 
 
 def _percentiles(values: Sequence[float]) -> Percentiles:
@@ -460,6 +507,7 @@ def build_report(
     resamples: int = DEFAULT_BOOTSTRAP_RESAMPLES,
 ) -> Report:
     per_case = {c.case_id: case_metrics(c) for c in cases}
+    comparisons = _comparisons(per_case, resamples)
     levels: dict[str, LevelReport] = {}
     for level in LEVELS:
         name = level.value
@@ -475,7 +523,7 @@ def build_report(
             judged_cases=judged.counted,
             unjudged_cases=judged.excluded,
             variants=variants,
-            comparisons=_comparisons(per_case, name, resamples),
+            comparisons=comparisons[name],
         )
     missed = (m for c in cases for m in missed_evidence(c.case_id, c.candidates, c.judgments))
     return Report(
