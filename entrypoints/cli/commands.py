@@ -116,7 +116,10 @@ def project_storage(engine: Operations, args: argparse.Namespace) -> int:
     """``project storage show|move|clear``: Runs, Cases and blobs are never touched."""
     if args.storage_action == "move":
         # Absolute: a daemon resolves nothing against its own working directory.
-        storage = engine.move_project_storage(args.name, os.path.abspath(os.path.expanduser(args.destination)))
+        destination = os.path.abspath(os.path.expanduser(args.destination))
+        bar, progress = progress_bar(not args.json)
+        with bar, executor.job_progress(engine, "move_project_storage", args.name, progress):
+            storage = engine.move_project_storage(args.name, destination)
     elif args.storage_action == "clear":
         storage = engine.clear_project_storage(args.name)
     else:

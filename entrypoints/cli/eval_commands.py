@@ -11,7 +11,8 @@ from typing import Any
 from rich.table import Table
 
 from memory_core.entrypoints.cli import render
-from memory_core.entrypoints.cli.common import emit_json, read_json
+from memory_core.entrypoints.cli.common import emit_json, progress_bar, read_json
+from memory_core.entrypoints.cli.executor import job_progress
 from memory_core.entrypoints.cli.wire import to_json
 from memory_core.evaluation.cases import CaseDetail, parse_judgments
 from memory_core.evaluation.report import Report
@@ -262,7 +263,10 @@ def handle(engine: Any, args: argparse.Namespace, home: Path) -> int:
             Path(args.out).write_bytes(data)
             out.print(f"wrote {args.out} ({len(data):,} bytes)")
     elif action == "import":
-        result = engine.import_evaluation_set(EvaluationFixture(read_json(args.file, "fixture", document=True)))
+        fixture = EvaluationFixture(read_json(args.file, "fixture", document=True))
+        bar, progress = progress_bar(not args.json)
+        with bar, job_progress(engine, "import_evaluation_set", None, progress):
+            result = engine.import_evaluation_set(fixture)
         _answer(out, args.json, result, import_summary)
     elif action == "import-beir":
         from memory_core.services.beir_import import import_beir

@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from memory_core.domain.progress import Progress
+from memory_core.domain.errors import MemoryCoreError
+from memory_core.domain.progress import Progress, parse_progress
 from memory_core.entrypoints.daemon.client import DaemonClient
 from memory_core.operations.executor import InProcess, Operations
 from memory_core.operations.registry import reporting
 from memory_core.retrieval.activation_state import ActivationState
 from memory_core.services.activation import Activation
 from memory_core.services.engine import Engine
+
+JOB_POLL_S = 0.25  # how often a job's bar reads list_jobs
 
 
 def connect(home: str | os.PathLike[str] | None, engine: Any = None) -> Operations:
@@ -49,6 +53,46 @@ def index_progress(ops: Operations, project_id: str, progress: Progress | None) 
         return
     with daemon_progress(client, project_id, progress):
         yield
+
+
+@contextlib.contextmanager
+def job_progress(ops: Operations, operation: str, project_id: str | None, progress: Progress | None) -> Iterator[None]:
+    """``progress`` called while a job (tune, learn, import, move) runs: through a daemon from
+    the job's ``list_jobs`` record, polled on another connection; in process from the engine's own
+    calls."""
+    from memory_core.entrypoints.cli.watch_commands import daemon_of
+
+    client = daemon_of(ops)
+    if client is None or progress is None:
+        with reporting(progress):
+            yield
+        return
+    before = {j.job_id for j in client.list_jobs().jobs}
+    stop = threading.Event()
+
+    def draw() -> bool:
+        try:
+            jobs = client.list_jobs().jobs
+        except MemoryCoreError:
+            return False  # only the drawing stops: the call itself says what went wrong
+        ours = [j for j in jobs if j.job_id not in before and j.operation == operation
+                and j.project_id == project_id]  # fmt: skip
+        if ours and (stage := parse_progress(ours[0].progress)) is not None:
+            progress(*stage)
+        return True
+
+    def follow() -> None:
+        while not stop.wait(JOB_POLL_S) and draw():
+            pass
+
+    follower = threading.Thread(target=follow, name="job-progress", daemon=True)
+    follower.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        follower.join(JOB_POLL_S * 8)
+    draw()  # the stage it ended at (a job quicker than a poll is drawn too)
 
 
 def activate(

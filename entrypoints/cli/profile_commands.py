@@ -10,7 +10,8 @@ from typing import Any
 
 from memory_core.domain.errors import InvalidRequest
 from memory_core.entrypoints.cli import render, wire
-from memory_core.entrypoints.cli.common import emit_json, hint, read_json
+from memory_core.entrypoints.cli.common import emit_json, hint, progress_bar, read_json
+from memory_core.entrypoints.cli.executor import job_progress
 from memory_core.evaluation.learning import LearnResult
 from memory_core.evaluation.tuning import DEFAULT_FOLDS, GRID_KEYS, TuneMetrics, TuneResult
 from memory_core.operations.executor import Operations
@@ -141,8 +142,11 @@ def _tune_lines(result: TuneResult, home: str | None) -> list[str]:
 
 
 def tune(engine: Operations, args: argparse.Namespace) -> int:
-    result = engine.tune_project(args.project, grid=parse_grid(args.grid), folds=args.folds, level=args.level,
-                                 include_unreviewed=args.include_unreviewed)  # fmt: skip
+    grid = parse_grid(args.grid)
+    bar, progress = progress_bar(not args.json)
+    with bar, job_progress(engine, "tune_project", args.project, progress):
+        result = engine.tune_project(args.project, grid=grid, folds=args.folds, level=args.level,
+                                     include_unreviewed=args.include_unreviewed)  # fmt: skip
     return _print_result(result, _tune_lines(result, args.home), args.json)
 
 
@@ -176,6 +180,8 @@ def _learn_lines(result: LearnResult, home: str | None) -> list[str]:
 
 
 def learn(engine: Operations, args: argparse.Namespace) -> int:
-    result = engine.learn_project(args.project, folds=args.folds, level=args.level,
-                                  include_unreviewed=args.include_unreviewed)  # fmt: skip
+    bar, progress = progress_bar(not args.json)
+    with bar, job_progress(engine, "learn_project", args.project, progress):
+        result = engine.learn_project(args.project, folds=args.folds, level=args.level,
+                                      include_unreviewed=args.include_unreviewed)  # fmt: skip
     return _print_result(result, _learn_lines(result, args.home), args.json)

@@ -42,7 +42,7 @@ from memory_core.evaluation.report import (
     Report,
 )
 from memory_core.operations.bounds import bounded, described
-from memory_core.operations.registry import JOB, READ, UI, WRITE, operation
+from memory_core.operations.registry import JOB, READ, UI, WRITE, operation, reported
 from memory_core.services.corpus_search import (
     MAX_CORPUS_PAGE,
     MAX_SEARCH_CHARS,
@@ -312,4 +312,4 @@ class ImportEvaluationSetRequest:
            (InvalidFixture, FixtureHashMismatch, EvaluationImportConflict, err.JobInterrupted),
            max_body_bytes=MAX_IMPORT_BODY_BYTES)  # fmt: skip
 def import_evaluation_set(engine: Engine, req: ImportEvaluationSetRequest) -> ImportResult:
-    return engine.import_evaluation_set(req.fixture.document)
+    return engine.import_evaluation_set(req.fixture.document, reported())

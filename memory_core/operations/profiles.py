@@ -17,7 +17,7 @@ from memory_core.domain.evaluation_errors import (
 from memory_core.evaluation.learning import LearnResult
 from memory_core.evaluation.tuning import DEFAULT_FOLDS, GRID_KEYS, MAX_FOLDS, TuneResult
 from memory_core.operations.bounds import bounded, described
-from memory_core.operations.registry import JOB, READ, UI, WRITE, operation
+from memory_core.operations.registry import JOB, READ, UI, WRITE, operation, reported
 from memory_core.retrieval.profile import SETTING_KEYS
 from memory_core.services.engine import Engine
 from memory_core.services.profiles import ProfileView
@@ -106,7 +106,7 @@ class TuneProjectRequest:
            "Runs as a job, beside activations (seconds at 1,000 cases).",
            (err.ProjectNotFound, EvaluationSetEmpty, err.InvalidRequest, err.JobInterrupted))  # fmt: skip
 def tune_project(engine: Engine, req: TuneProjectRequest) -> TuneResult:
-    return engine.tune_project(req.project_id, grid=req.grid, **_cross_validation(req))
+    return engine.tune_project(req.project_id, grid=req.grid, progress=reported(), **_cross_validation(req))
 
 
 @attrs.frozen(field_transformer=bounded)
@@ -142,7 +142,7 @@ class LearnProjectRequest:
            "the nDCG@10 gain lies above 0. The model is kept by its SHA-256. Runs as a job, beside activations.",
            (err.ProjectNotFound, EvaluationSetEmpty, err.InvalidRequest, err.JobInterrupted))  # fmt: skip
 def learn_project(engine: Engine, req: LearnProjectRequest) -> LearnResult:
-    return engine.learn_project(req.project_id, **_cross_validation(req))
+    return engine.learn_project(req.project_id, progress=reported(), **_cross_validation(req))
 
 
 @attrs.frozen(field_transformer=bounded)

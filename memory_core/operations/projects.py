@@ -10,7 +10,7 @@ import attrs
 from memory_core.domain import errors as err
 from memory_core.domain.model import PROJECT_ID_RE, Source
 from memory_core.operations.bounds import bounded, described
-from memory_core.operations.registry import JOB, MCP, READ, UI, WRITE, current_progress, operation
+from memory_core.operations.registry import JOB, MCP, READ, UI, WRITE, current_progress, operation, reported
 from memory_core.services.engine import Engine, ProjectInfo
 from memory_core.services.indexing import IndexReport
 from memory_core.services.local_storage import ProjectRemoval, ProjectStorage
@@ -121,7 +121,7 @@ class MoveProjectStorageRequest:
            "activations.",
            (err.ProjectNotFound, err.InvalidStorageLocation, err.GenerationCorrupted, err.JobInterrupted))  # fmt: skip
 def move_project_storage(engine: Engine, req: MoveProjectStorageRequest) -> ProjectStorage:
-    return engine.move_project_storage(req.project_id, req.destination)
+    return engine.move_project_storage(req.project_id, req.destination, reported())
 
 
 @attrs.frozen(field_transformer=bounded)

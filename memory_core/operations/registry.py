@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import attrs
 
 from memory_core.domain.errors import MemoryCoreError
-from memory_core.domain.progress import Progress
+from memory_core.domain.progress import Progress, no_progress
 
 if TYPE_CHECKING:
     from memory_core.services.engine import Engine
@@ -113,3 +113,8 @@ def reporting(progress: Progress | None) -> Iterator[None]:
 
 def current_progress() -> Progress | None:
     return _PROGRESS.get()
+
+
+def reported() -> Progress:
+    """What a job's handler reports its stages to: the caller's ``reporting`` callback, else nothing."""
+    return _PROGRESS.get() or no_progress

@@ -230,3 +230,30 @@ def test_a_jobs_progress_is_sent_at_most_each_interval_and_its_end_always(monkey
     while (frame := jobs._read_frame(frames)) is not None:
         sent.append(pickle.loads(frame))
     assert sent == [("progress", "grading 0/10"), ("progress", "grading 7/10"), ("progress", "grading 10/10")]
+
+
+def test_the_cli_draws_a_jobs_progress_from_its_record_or_from_the_engine(daemon: Daemon, tmp_path: Path) -> None:
+    """Issue 31 item 2: ``memcore eval tune|learn|import`` and ``project storage move`` draw their
+    bar from the job's ``list_jobs`` record through a daemon, and from the engine's own calls in
+    process; the same stages either way."""
+    from memory_core.entrypoints.cli.executor import job_progress
+    from memory_core.operations.executor import InProcess, Operations
+    from tests.reliability.harness import engine_for, write_memory
+
+    remote: list[tuple[str, int, int]] = []
+    ops = Operations(daemon.client)
+    with job_progress(ops, "move_project_storage", "ledger", lambda *step: remote.append(step)):
+        ops.move_project_storage("ledger", str(tmp_path / "through-the-daemon"))
+    assert remote and remote[-1] == ("copying", 1, 1), remote
+
+    engine = engine_for(tmp_path / "home")
+    try:
+        engine.add_project("here", [Source(str(write_memory(tmp_path / "memory", 0)))])
+        engine.index("here")
+        local: list[tuple[str, int, int]] = []
+        here = Operations(InProcess(engine))
+        with job_progress(here, "move_project_storage", "here", lambda *step: local.append(step)):
+            here.move_project_storage("here", str(tmp_path / "in-process"))
+        assert local == [("copying", 0, 1), ("copying", 1, 1)]
+    finally:
+        engine.close()

@@ -22,7 +22,7 @@ from memory_core.domain.model import Source, unit_hash_of
 from memory_core.entrypoints.cli import eval_commands
 from memory_core.entrypoints.cli.main import build_parser
 from memory_core.entrypoints.daemon import api
-from memory_core.entrypoints.daemon.dispatch import Context, get_evaluation_case, search_corpus_resources
+from memory_core.operations.evaluation import get_evaluation_case, search_corpus_resources
 from memory_core.evaluation.passages import NO_SPAN, NOTES, SHOWN, TEXT_CHANGED
 from memory_core.services.engine import Engine
 from tests.reliability.harness import engine_for
@@ -99,8 +99,7 @@ def test_case_show_and_the_case_answer_show_every_candidates_text(
     ]
 
     # The daemon's case answer (what the case page draws) carries the same passages.
-    context = Context(engine, home="/home/test")
-    answer = get_evaluation_case(context, api.GetEvaluationCaseRequest(case_id))
+    answer = get_evaluation_case.handler(engine, api.GetEvaluationCaseRequest(case_id))
     assert answer.passages == detail.passages
     conv = api.make_converter()
     assert api.unstructure(conv, answer)["passages"][0]["text"] == detail.passages[0].text
@@ -123,8 +122,7 @@ def test_an_edit_after_the_index_shows_what_is_still_there_and_says_what_changed
 
 def test_the_missed_evidence_search_answers_passages(engine: Engine) -> None:
     _, case_id = new_case(engine)
-    context = Context(engine, home="/home/test")
-    page = search_corpus_resources(context, api.SearchCorpusResourcesRequest(case_id, "rollback", 10, None))
+    page = search_corpus_resources.handler(engine, api.SearchCorpusResourcesRequest(case_id, "rollback", 10, None))
     matches = {m.resource.resource_id: m for m in page.resources}
     assert set(matches) == {"runbooks/deploy.md", "decisions/ADR-0007-outbox.md"}
     deploy = matches["runbooks/deploy.md"]
@@ -138,7 +136,7 @@ def test_the_missed_evidence_search_answers_passages(engine: Engine) -> None:
     (adr,) = matches["decisions/ADR-0007-outbox.md"].passages
     assert adr.heading_path == ("ADR-0007: Transactional outbox",) and adr.text.endswith("replayed after a rollback.")
     # An id match reads no body: no passage.
-    by_id = search_corpus_resources(context, api.SearchCorpusResourcesRequest(case_id, "notes", 10, None))
+    by_id = search_corpus_resources.handler(engine, api.SearchCorpusResourcesRequest(case_id, "notes", 10, None))
     assert [(m.matched_in, m.passages) for m in by_id.resources] == [("resource_id", ())]
 
 
