@@ -53,9 +53,10 @@ class HealthError:
 
 @attrs.frozen
 class ReindexRecord:
-    """One re-index the daemon ran for a project (a watch batch, a request, the start-up check, a retry)."""
+    """One re-index the daemon ran for a project (a watch batch, a request, the start-up check, a retry,
+    a new embedding model)."""
 
-    trigger: str = attrs.field(metadata={"schema": {"enum": ["watch", "request", "start", "retry"]}})
+    trigger: str = attrs.field(metadata={"schema": {"enum": ["watch", "request", "start", "retry", "model"]}})
     started_at: str
     finished_at: str
     seconds: float

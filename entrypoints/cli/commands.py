@@ -29,9 +29,8 @@ from memory_core.services.freshness import Freshness
 # ``eval replay`` read local files and index projects for minutes with a progress bar: through the
 # daemon's one serialised engine they would block every agent's activation meanwhile.
 EMBEDDED_ONLY = frozenset({("demo", None), ("eval", "import-beir"), ("eval", "replay")})
-# The model registry's commands, until the daemon serves them (issue 33): both processes share the
-# home's database, and the daemon reads each project's model from it at its next re-index.
-EMBEDDED_ONLY |= {("model", action) for action in ("add", "list", "show", "remove", "compare")} | {("project", "set")}
+# ``model compare`` indexes a scratch project per model and corpus, as ``eval replay`` does.
+EMBEDDED_ONLY |= {("model", "compare")}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,9 +76,7 @@ def project_show(engine: Operations, args: argparse.Namespace) -> int:
     from memory_core.entrypoints.cli.watch_commands import show_health
 
     info = engine.show_project(args.name)
-    # Its embedding model and reranker, and whether a re-embedding is under way (a daemon that
-    # predates the model registry cannot say).
-    models = engine.project_models(args.name) if hasattr(engine, "project_models") else None
+    models = _models().shown_models(engine, args.name)  # its models, and a re-embedding under way
     if args.json:
         shown = {"models": wire.to_json(models)} if models is not None else {}
         emit_json({**wire.project_to_json(info), **shown, **(show_health(engine, info, True) or {})})

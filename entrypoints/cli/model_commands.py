@@ -6,7 +6,8 @@ generation keeps serving; ``memcore project show`` shows the progress."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import os
+from typing import Any, cast
 
 from memory_core.domain.models import POOLINGS, ModelOverrides
 from memory_core.domain.progress import no_progress
@@ -145,22 +146,40 @@ def compare(engine: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def shown_models(engine: Any, project_id: str) -> ProjectModels | None:
+    """What ``project show`` says of the project's models; None from a daemon that predates them."""
+    from memory_core.domain.errors import MemoryCoreError
+    from memory_core.entrypoints.cli.executor import operations
+
+    try:
+        return cast(ProjectModels, operations(engine).show_project_models(project_id))
+    except MemoryCoreError as exc:
+        if exc.code == "unknown_method":
+            return None
+        raise
+
+
 def model(engine: Any, args: argparse.Namespace) -> int:
     if args.action == "compare":
         return compare(engine, args)
+    from memory_core.entrypoints.cli.executor import operations
+
+    ops = operations(engine)  # the daemon's, when one runs
     if args.action == "list":
-        views = engine.list_models()
+        views = list(ops.list_models().models)
         if args.json:
             emit_json([wire.to_json(v) for v in views])
         else:
             render.console().print(models_table(views))
         return 0
     if args.action == "add":
-        view = engine.add_model(args.name, args.path, _overrides(args), replace=args.replace)
+        # Absolute: a daemon resolves nothing against its own working directory.
+        path = os.path.abspath(os.path.expanduser(args.path))
+        view = ops.add_model(args.name, path, _overrides(args), args.replace)
     elif args.action == "remove":
-        view = engine.remove_model(args.name)
+        view = ops.remove_model(args.name)
     else:
-        view = engine.show_model(args.name)
+        view = ops.show_model(args.name)
     if args.json:
         emit_json(wire.to_json(view))
         return 0
@@ -179,7 +198,9 @@ def project_set(engine: Any, args: argparse.Namespace) -> int:
 
     if args.default == (args.name is not None):
         raise InvalidRequest("give a project's id or --default, not both or neither")
-    models = engine.set_project_models(args.name, embedding=args.embedding, reranker=args.reranker)
+    from memory_core.entrypoints.cli.executor import operations
+
+    models = operations(engine).set_project_models(args.name, args.embedding, args.reranker)
     if args.json:
         emit_json(wire.to_json(models))
         return 0

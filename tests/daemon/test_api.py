@@ -102,6 +102,14 @@ SUCCESS: dict[str, tuple[bool, dict[str, Any]]] = {  # method -> (needs an index
     # Jobs (issue 31); "<job_id>": a tuning's, run first (an ended job answers cancel_job as it ended).
     "list_jobs": (False, {}),
     "cancel_job": (True, {"job_id": "<job_id>"}),
+    # The model registry (issue 33); "<model_dir>": a directory the in-memory loader knows, "<added>": a
+    # model registered from it first.
+    "add_model": (False, {"name": "small", "path": "<model_dir>", "overrides": {"query_prefix": "query: "}}),
+    "list_models": (False, {}),
+    "show_model": (False, {"name": "minilm"}),
+    "remove_model": (False, {"name": "<added>"}),
+    "show_project_models": (True, {"project_id": "ledger"}),
+    "set_project_models": (True, {"project_id": "ledger", "embedding": "minilm", "reranker": "none"}),
 }
 RUN_QUERY = {"project_id": "ledger", "query": "how do I roll back a deploy?"}
 
@@ -128,6 +136,14 @@ def with_run_id(http: TestClient, body: dict[str, Any]) -> dict[str, Any]:
 
 def without_placeholders(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if not k.startswith("<")}
+
+
+def known_model(context: Context) -> str:
+    """A model directory the engine's in-memory loader reads (what ``model add`` is given)."""
+    from tests.core.test_project_models import spec
+
+    context.engine.models.loader.put(spec("/models/small"))
+    return "/models/small"
 
 
 def proposed_learning(http: TestClient, context: Context) -> str:
@@ -160,6 +176,10 @@ def test_method_answers_a_response_that_matches_the_contract(
     body = with_run_id(http, body)
     if body.get("learn_id") == "<learn_id>":
         body = {**body, "learn_id": proposed_learning(http, context)}
+    if "<model_dir>" in (body.get("path"), body.get("name")):
+        body = {**body, "path": known_model(context)}
+    if body.get("name") == "<added>":
+        body = {"name": ok(http, "add_model", {"name": "small", "path": known_model(context)})["name"]}
     contract.validate(contract.request_component(method), body)
     answer = ok(http, method, body)
     contract.validate(contract.response_component(method), answer)
