@@ -231,3 +231,20 @@ def test_a_cross_encoder_is_the_reranker_port(root: Path, cache: Path) -> None:
     spec = read_model_dir(build(root / "ce-port", "bert", head="classifier", seed=11))
     reranker: Reranker = open_cross_encoder(spec, cache)
     assert isinstance(reranker, OnnxCrossEncoder) and reranker.revision.startswith("cross-encoder:")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_weights_are_widened_to_float32(root: Path, cache: Path, dtype: str) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    directory = build(root / f"half-{dtype}", "bert", seed=12)
+    path = directory / "model.safetensors"
+    save_file({k: v.to(getattr(torch, dtype)) for k, v in load_file(str(path)).items()}, str(path))
+    from memory_core.adapters.models.model_dir import safetensors_header
+
+    assert {entry[0] for entry in safetensors_header(path).values()} == {"F16" if dtype == "float16" else "BF16"}
+    spec = read_model_dir(directory)
+    got = np.stack(open_embedder(spec, cache).embed_documents(TEXTS))
+    # transformers reads the half weights into a float32 model (config.json's dtype says float32): the same values
+    np.testing.assert_allclose(got, torch_outputs(spec, TEXTS), atol=TOLERANCE, rtol=0)
