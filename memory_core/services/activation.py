@@ -7,7 +7,10 @@ the engine's parts as they are then (a test swaps the recorder, the daemon the l
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -205,6 +208,58 @@ class _StageClock:
         self.latency_ms["total"] = round((time.perf_counter() - self._start) * 1000, 3)
 
 
+class _Beside:
+    """One helper thread per process for the part of an activation that runs beside it (the
+    query embedding). Made on first use and again in a forked child (a fork keeps no threads);
+    when no thread can start (the interpreter is shutting down) the work runs inline, at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pid = 0
+
+    def run(self, work: Callable[[str], Any], arg: str) -> _Timed:
+        timed = _Timed(work, arg)
+        with self._lock:
+            if self._pool is None or self._pid != os.getpid():
+                self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="memcore-beside")
+                self._pid = os.getpid()
+            try:
+                timed.future = self._pool.submit(timed)
+            except RuntimeError:  # shutting down: no new threads
+                timed()
+        return timed
+
+
+class _Timed:
+    """``work(arg)``, its value or error kept with the milliseconds it took where it ran."""
+
+    def __init__(self, work: Callable[[str], Any], arg: str) -> None:
+        self._work, self._arg = work, arg
+        self.future: concurrent.futures.Future[None] | None = None
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._ms = 0.0
+
+    def __call__(self) -> None:
+        started = time.perf_counter()
+        try:
+            self._value = self._work(self._arg)
+        except BaseException as exc:  # re-raised on the activation's thread, in the stage it belongs to
+            self._error = exc
+        self._ms = round((time.perf_counter() - started) * 1000, 3)
+
+    def result(self) -> tuple[Any, float]:
+        if self.future is not None:
+            self.future.result()
+        if self._error is not None:
+            raise self._error
+        return self._value, self._ms
+
+
+_BESIDE = _Beside()
+
+
 def validate_query(query: object) -> str:
     if not isinstance(query, str) or not query.strip():
         raise InvalidQuery("query must be a non-empty string")
@@ -367,6 +422,10 @@ def _rank(
 ) -> tuple[list[Candidate], dict[str, int]]:
     p = ranking.profile
     embedder = parts.query_embedder(opened.generation)
+    # The query is embedded on the helper thread while this one runs the exact and BM25 stages:
+    # ONNX Runtime and the JVM both run without the GIL, so on two free cores the embedding's
+    # time is hidden behind BM25's (docs/performance.md, *Through the daemon, on short queries*).
+    embedding = _BESIDE.run(embedder.embed_query, query)
     clock.begin("exact")
     exact = opened.exact.search(query)
     clock.end()
@@ -379,8 +438,7 @@ def _rank(
     clock.begin("embed_query")
     # Query and unit vectors of two model revisions (say fp32 and int8) are not comparable.
     _require_built_with(opened, "embedding model", opened.generation.revisions.embedding_model, embedder.revision)
-    query_vector = embedder.embed_query(query)
-    clock.end()
+    query_vector, clock.latency_ms["embed_query"] = embedding.result()  # its own time, not the wait
     clock.begin("dense")
     dense = opened.vectors.search(query_vector, p.dense_depth)
     clock.end()
