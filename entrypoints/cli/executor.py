@@ -60,7 +60,7 @@ def job_progress(ops: Operations, operation: str, project_id: str | None, progre
     """``progress`` called while a job (tune, learn, import, move) runs: through a daemon from
     the job's ``list_jobs`` record, polled on another connection; in process from the engine's own
     calls."""
-    from memory_core.entrypoints.cli.watch_commands import daemon_of
+    from memory_core.entrypoints.cli.watch_commands import daemon_of, polling
 
     client = daemon_of(ops)
     if client is None or progress is None:
@@ -68,7 +68,6 @@ def job_progress(ops: Operations, operation: str, project_id: str | None, progre
             yield
         return
     before = {j.job_id for j in client.list_jobs().jobs}
-    stop = threading.Event()
 
     def draw() -> bool:
         try:
@@ -81,17 +80,12 @@ def job_progress(ops: Operations, operation: str, project_id: str | None, progre
             progress(*stage)
         return True
 
-    def follow() -> None:
+    def follow(stop: threading.Event) -> None:
         while not stop.wait(JOB_POLL_S) and draw():
             pass
 
-    follower = threading.Thread(target=follow, name="job-progress", daemon=True)
-    follower.start()
-    try:
+    with polling(follow, "job-progress", JOB_POLL_S):
         yield
-    finally:
-        stop.set()
-        follower.join(JOB_POLL_S * 8)
     draw()  # the stage it ended at (a job quicker than a poll is drawn too)
 
 

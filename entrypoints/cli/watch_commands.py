@@ -15,7 +15,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rich.markup import escape
@@ -135,9 +135,8 @@ def daemon_progress(client: Any, name: str, progress: Progress) -> Iterator[None
     """While ``client`` waits for the daemon to index ``name``: draw where the request is from the
     daemon's health, polled on another connection: how many re-indexes (other projects' or
     the watcher's) are still ahead of it, then its own build's stages."""
-    stop = threading.Event()
 
-    def follow() -> None:
+    def follow(stop: threading.Event) -> None:
         ahead_most = 0  # the most re-indexes seen ahead: the waiting bar's total
         while not stop.wait(PROGRESS_POLL_S):
             try:
@@ -159,13 +158,23 @@ def daemon_progress(client: Any, name: str, progress: Progress) -> Iterator[None
         if ahead_most:  # done (or its build too quick to see): the wait is over
             progress(QUEUED_STAGE, ahead_most, ahead_most)
 
-    follower = threading.Thread(target=follow, name="index-progress", daemon=True)
+    with polling(follow, "index-progress", PROGRESS_POLL_S):
+        yield
+
+
+@contextlib.contextmanager
+def polling(follow: Callable[[threading.Event], None], name: str, poll_s: float) -> Iterator[None]:
+    """Run ``follow(stop)`` on a thread of its own while the body runs (a progress bar polling the
+    daemon on another connection); ``stop`` is set when the body ends, and the thread is given
+    eight polls to finish drawing, never more: a hung poll must not hold the command."""
+    stop = threading.Event()
+    follower = threading.Thread(target=follow, args=(stop,), name=name, daemon=True)
     follower.start()
     try:
         yield
     finally:
         stop.set()
-        follower.join(PROGRESS_POLL_S * 8)
+        follower.join(poll_s * 8)
 
 
 # -- memcore index NAME --watch ---------------------------------------------------------------
