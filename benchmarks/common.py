@@ -68,3 +68,19 @@ def percentile(values: list[float], p: float) -> float:
         return float("nan")
     rank = max(1, -(-len(ordered) * p // 100))
     return ordered[int(rank) - 1]
+
+
+def gain_figures(result: Any, chosen: str) -> dict[str, Any]:
+    """A cross-validated proposal's figures, as ``tune`` and ``learn`` results both carry them: the
+    current ranking's metrics and the chosen one's (under ``chosen``), the nDCG@10 gain with its
+    paired 95 % interval and sign-flip p, and whether it was proposed."""
+    import attrs
+
+    return {
+        "current": attrs.asdict(result.current_metrics) if result.current_metrics else None,
+        chosen: attrs.asdict(result.cross_validated) if result.cross_validated else None,
+        "gain": result.gain,
+        "gain_interval": [result.gain_low, result.gain_high],
+        "p_value": result.p_value,
+        "proposed": result.proposed,
+    }

@@ -37,7 +37,16 @@ from typing import Any
 
 import attrs
 
-from benchmarks.common import CISI, CRANFIELD, LOCOMO_DEV, SCIFACT_TRAIN, measured, scratch_dir, write_result
+from benchmarks.common import (
+    CISI,
+    CRANFIELD,
+    LOCOMO_DEV,
+    SCIFACT_TRAIN,
+    gain_figures,
+    measured,
+    scratch_dir,
+    write_result,
+)
 
 NAME = "learning"
 COLLECTIONS = (("cranfield", CRANFIELD, "test"), ("cisi", CISI, "test"), ("scifact-train", SCIFACT_TRAIN, "train"),
@@ -69,12 +78,7 @@ def _figures(result: Any) -> dict[str, Any]:
         "seconds": result.seconds,
         "current_reranker": result.current,
         "trainer": result.trainer,
-        "current": attrs.asdict(result.current_metrics) if result.current_metrics else None,
-        "learned": attrs.asdict(result.cross_validated) if result.cross_validated else None,
-        "gain": result.gain,
-        "gain_interval": [result.gain_low, result.gain_high],
-        "p_value": result.p_value,
-        "proposed": result.proposed,
+        **gain_figures(result, "learned"),
         "verdict": result.verdict,
         "importances": [[f.feature, f.share] for f in result.importances[:5]],
     }

@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from benchmarks.common import CISI, CRANFIELD, measured, scratch_dir, write_result
+from benchmarks.common import CISI, CRANFIELD, gain_figures, measured, scratch_dir, write_result
 
 NAME = "tuning"
 SCALE_CASES = 1_000
@@ -75,12 +75,7 @@ def _figures(result: Any) -> dict[str, Any]:
         "excluded_cases": result.excluded_cases,
         "grid_size": result.grid_size,
         "seconds": result.seconds,
-        "current": attrs.asdict(result.current_metrics) if result.current_metrics else None,
-        "cross_validated": attrs.asdict(result.cross_validated) if result.cross_validated else None,
-        "gain": result.gain,
-        "gain_interval": [result.gain_low, result.gain_high],
-        "p_value": result.p_value,
-        "proposed": result.proposed,
+        **gain_figures(result, "cross_validated"),
         "best": dict(result.best) if result.best else None,
         "verdict": result.verdict,
         "estimated_similarities": result.estimated_similarities,
