@@ -230,20 +230,19 @@ class LocalModels:
     cache_dir: Path
 
     def read(self, path: str, overrides: ModelOverrides) -> ModelSpec:
-        return cast(ModelSpec, _models_adapter("model_dir").read_model_dir(Path(path), overrides))
+        from memory_core.adapters.models.model_dir import read_model_dir
+
+        return read_model_dir(Path(path), overrides)
 
     def embedder(self, spec: ModelSpec) -> Embedder:
-        return cast(Embedder, _models_adapter("encoder_onnx").open_embedder(spec, self.cache_dir))
+        from memory_core.adapters.models.encoder_onnx import open_embedder
+
+        return open_embedder(spec, self.cache_dir)
 
     def reranker(self, spec: ModelSpec, batch: int, max_tokens: int | None) -> Reranker:
-        adapter = _models_adapter("encoder_onnx")
-        return cast(Reranker, adapter.open_cross_encoder(spec, self.cache_dir, batch=batch, max_tokens=max_tokens))
+        from memory_core.adapters.models.encoder_onnx import open_cross_encoder
 
-
-def _models_adapter(module: str) -> Any:
-    import importlib
-
-    return importlib.import_module(f"memory_core.adapters.models.{module}")
+        return open_cross_encoder(spec, self.cache_dir, batch=batch, max_tokens=max_tokens)
 
 
 def _default_learner() -> RankLearner:
