@@ -478,6 +478,13 @@ def _no_secret(resources, warnings) -> bool:  # type: ignore[no-untyped-def]
     return all(r.resource_hash != sha(SECRET) for r in resources) and all("zqx" not in w for w in warnings)
 
 
+def _link_refused(resources, warnings, read: list[str], swapped: str) -> None:  # type: ignore[no-untyped-def]
+    """What a scan raced by a link swap must show: only ``read`` was read, nothing of the secret
+    outside, and one warning naming the ``swapped`` path as a symbolic link."""
+    assert [r.resource_id for r in resources] == read and _no_secret(resources, warnings)
+    assert len(warnings) == 1 and swapped in warnings[0] and "symbolic link" in warnings[0]
+
+
 def test_a_file_swapped_for_a_link_after_the_walk_is_not_followed(tmp_path, outside, monkeypatch):
     source = _source_folder(tmp_path, {"a.md": b"inside a", "b.md": b"inside b"})
 
@@ -487,8 +494,7 @@ def test_a_file_swapped_for_a_link_after_the_walk_is_not_followed(tmp_path, outs
         return found
 
     _, resources, warnings = _scan_raced(monkeypatch, source, "_walk", walk_then_swap)
-    assert [r.resource_id for r in resources] == ["b.md"] and _no_secret(resources, warnings)
-    assert len(warnings) == 1 and "a.md" in warnings[0] and "symbolic link" in warnings[0]
+    _link_refused(resources, warnings, ["b.md"], "a.md")
 
 
 def test_a_folder_swapped_for_a_link_during_the_walk_is_not_followed(tmp_path, outside, monkeypatch):
@@ -502,8 +508,7 @@ def test_a_folder_swapped_for_a_link_during_the_walk_is_not_followed(tmp_path, o
         return subfolders
 
     _, resources, warnings = _scan_raced(monkeypatch, source, "_list", list_then_swap)
-    assert [r.resource_id for r in resources] == ["top.md"] and _no_secret(resources, warnings)
-    assert len(warnings) == 1 and "sub" in warnings[0] and "symbolic link" in warnings[0]
+    _link_refused(resources, warnings, ["top.md"], "sub")
 
 
 def test_a_source_folder_swapped_for_a_link_during_the_scan_is_read_as_it_was_opened(tmp_path, outside, monkeypatch):
