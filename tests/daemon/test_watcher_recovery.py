@@ -463,6 +463,16 @@ def held(setup: Setup) -> Iterator[HeldCatalog]:
     catalog.after.set()
 
 
+def _hold_a_read(setup: Setup, held: HeldCatalog, name: str, folder: Path) -> Watcher:
+    """Add project ``name``, start the watcher and hold its worker's next catalog read (a project
+    list from before whatever the test does next)."""
+    setup.add(name, folder)
+    watcher = setup.start()
+    held.armed = True
+    assert held.read.wait(WAIT_S)
+    return watcher
+
+
 def _after_the_read(held: HeldCatalog) -> None:
     """Open the gate and wait until the held read is applied: the worker's next read has begun
     (and waits until the test is done)."""
@@ -473,10 +483,7 @@ def _after_the_read(held: HeldCatalog) -> None:
 def test_a_catalog_read_from_before_a_removal_does_not_bring_its_watch_back(
     setup: Setup, held: HeldCatalog, tmp_path: Path
 ) -> None:
-    setup.add("goes", tmp_path / "goes")
-    watcher = setup.start()
-    held.armed = True
-    assert held.read.wait(WAIT_S)  # the worker holds a project list that still names "goes"
+    watcher = _hold_a_read(setup, held, "goes", tmp_path / "goes")  # a project list that still names "goes"
     with watcher.removing("goes"):
         setup.engine.remove_project("goes")
     assert watcher.health("goes") == []
@@ -487,10 +494,7 @@ def test_a_catalog_read_from_before_a_removal_does_not_bring_its_watch_back(
 def test_a_catalog_read_from_before_an_add_does_not_drop_the_new_watch(
     setup: Setup, held: HeldCatalog, tmp_path: Path
 ) -> None:
-    setup.add("stays", tmp_path / "stays")
-    watcher = setup.start()
-    held.armed = True
-    assert held.read.wait(WAIT_S)  # the worker holds a project list without "comes"
+    watcher = _hold_a_read(setup, held, "stays", tmp_path / "stays")  # a project list without "comes"
     source = write_memory(tmp_path / "comes", 0)
     watcher.project_added(setup.engine.add_project("comes", [Source(str(source))]))
     _after_the_read(held)
