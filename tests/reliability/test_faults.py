@@ -77,6 +77,7 @@ def flip_byte(path: Path, offset: int | None = None) -> None:
 
 def run_count(home: Path) -> int:
     conn = apsw.Connection(str(home / "local.db"))
+    conn.set_busy_timeout(10_000)  # a trace may be being written behind the answer
     try:
         return int(conn.execute("SELECT count(*) FROM retrieval_runs").fetchall()[0][0])
     finally:
