@@ -242,31 +242,42 @@ class ConvexFusionReranker(_Convex):
 
 
 @attrs.frozen
-class ConvexMinMaxFusion(_Convex):
-    """``convex_minmax``: both sides min-max over the window (Bruch et al. 2023's convex MM)."""
+class _BothSidesAlike(_Convex):
+    """A convex fusion with no settings of its own that normalises both sides the same way over
+    the window (``normalise``); its revision is that way's versioned name (``version``) with
+    the shared settings."""
 
-    name: ClassVar[str] = "convex_minmax"
+    version: ClassVar[str]
+
+    @staticmethod
+    def normalise(values: Sequence[float | None]) -> list[float]:
+        raise NotImplementedError
 
     @property
     def revision(self) -> str:
-        return f"convex-minmax-v1(alpha={self.alpha:g},exact={self.exact_bonus:g}{self._resource_suffix()})"
+        return f"{self.version}(alpha={self.alpha:g},exact={self.exact_bonus:g}{self._resource_suffix()})"
 
     def sides(self, candidates: Sequence[RerankInput]) -> tuple[list[float], list[float]]:
-        return min_max([c.bm25_score for c in candidates]), min_max([c.dense_similarity for c in candidates])
+        bm25, cosines = [c.bm25_score for c in candidates], [c.dense_similarity for c in candidates]
+        return self.normalise(bm25), self.normalise(cosines)
 
 
 @attrs.frozen
-class DistributionFusion(_Convex):
+class ConvexMinMaxFusion(_BothSidesAlike):
+    """``convex_minmax``: both sides min-max over the window (Bruch et al. 2023's convex MM)."""
+
+    name: ClassVar[str] = "convex_minmax"
+    version: ClassVar[str] = "convex-minmax-v1"
+    normalise = staticmethod(min_max)
+
+
+@attrs.frozen
+class DistributionFusion(_BothSidesAlike):
     """``dbsf``: both sides from mean - 3 sigma to mean + 3 sigma over the window."""
 
     name: ClassVar[str] = "dbsf"
-
-    @property
-    def revision(self) -> str:
-        return f"dbsf-v1(alpha={self.alpha:g},exact={self.exact_bonus:g}{self._resource_suffix()})"
-
-    def sides(self, candidates: Sequence[RerankInput]) -> tuple[list[float], list[float]]:
-        return three_sigma([c.bm25_score for c in candidates]), three_sigma([c.dense_similarity for c in candidates])
+    version: ClassVar[str] = "dbsf-v1"
+    normalise = staticmethod(three_sigma)
 
 
 @attrs.frozen
