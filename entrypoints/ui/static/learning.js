@@ -2,7 +2,7 @@
 // latest learning's cross-validated gain and most important features, and its model put in use
 // with one action when the guard proposed it (docs/evaluation.md).
 
-import { ApiError, call, clear, errorBox, facts, fmtNum, h, say } from "./lib.js";
+import { ApiError, busyButton, call, clear, errorBox, facts, fmtNum, h, say } from "./lib.js";
 
 function gainText(r) {
   if (r.gain === null) return "—";
@@ -36,20 +36,13 @@ export async function learningPanel(project) {
       say(error instanceof ApiError ? `Not applied: ${error.message}` : error.message, "error");
     }
   }
-  const learnButton = h("button", { type: "button", id: "learn", onclick: async () => {
-    learnButton.disabled = true;
-    say("Learning a ranker from the reviewed cases…");
-    try {
+  const learnButton = busyButton("learn", "Learn from reviewed cases", "Learning a ranker from the reviewed cases…",
+    async () => {
       const r = await call("learn_project", { project_id: project });
       show(r);
       say(`Learned: ${r.verdict}`);
-    } catch (error) {
-      clear(box);
-      box.append(errorBox(error, "Learning refused"));
-    } finally {
-      learnButton.disabled = false;
-    }
-  } }, "Learn from reviewed cases");
+    },
+    (error) => { clear(box); box.append(errorBox(error, "Learning refused")); });
   try {
     const latest = (await call("list_learnings", { project_id: project })).learnings[0];
     if (latest) show(latest); else box.append(h("p", { class: "help" }, "No learning yet."));

@@ -236,6 +236,23 @@ export function unsay() {
   clear(notice());
 }
 
+/** A button that runs one long call (a tuning, a learning): disabled while it runs, with ``busy``
+ * said meanwhile; ``run`` makes the call and draws its result, ``refused(error)`` draws a refusal. */
+export function busyButton(id, label, busy, run, refused) {
+  const button = h("button", { type: "button", id, onclick: async () => {
+    button.disabled = true;
+    say(busy);
+    try {
+      await run();
+    } catch (error) {
+      refused(error);
+    } finally {
+      button.disabled = false;
+    }
+  } }, label);
+  return button;
+}
+
 export function errorBox(error, title = "The daemon refused the request") {
   const code = error instanceof ApiError ? error.code : "error";
   return h("div", { class: "msg error", role: "alert" },

@@ -1,7 +1,7 @@
 // Tuning (issue 18): the project's ranking profile, `eval tune` on its reviewed cases with the
 // cross-validated verdict, and the proposal applied with one action (docs/evaluation.md).
 
-import { ApiError, call, clear, errorBox, facts, fmtNum, h, say, table } from "./lib.js";
+import { ApiError, busyButton, call, clear, errorBox, facts, fmtNum, h, say, table } from "./lib.js";
 
 function profileFacts(view) {
   const used = view.in_use;
@@ -49,20 +49,14 @@ export async function tuningPanel(project) {
       say(error instanceof ApiError ? `Not applied: ${error.message}` : error.message, "error");
     }
   };
-  const tuneButton = h("button", { type: "button", id: "tune", onclick: async () => {
-    clear(resultBox);
-    tuneButton.disabled = true;
-    say("Tuning on the reviewed cases…");
-    try {
+  const tuneButton = busyButton("tune", "Tune on reviewed cases", "Tuning on the reviewed cases…",
+    async () => {
+      clear(resultBox);
       const result = await call("tune_project", { project_id: project });
       resultBox.append(resultPanel(result, apply));
       say(`Tuned: ${result.verdict}`);
-    } catch (error) {
-      resultBox.append(errorBox(error, "Tuning refused"));
-    } finally {
-      tuneButton.disabled = false;
-    }
-  } }, "Tune on reviewed cases");
+    },
+    (error) => resultBox.append(errorBox(error, "Tuning refused")));
   try {
     draw(await call("show_project_profile", { project_id: project }));
   } catch (error) {
