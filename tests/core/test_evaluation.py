@@ -34,6 +34,7 @@ from memory_core.domain.model import Layer, ManifestEntry, Source
 from memory_core.entrypoints.bootstrap import bootstrap_in_memory, utc_now
 from memory_core.entrypoints.cli import wire
 from memory_core.evaluation import fixture
+from memory_core.evaluation import report as report_module
 from memory_core.evaluation.beir import BeirCollection, beir_case_id
 from memory_core.evaluation.cases import (
     BEIR_IMPORT,
@@ -498,6 +499,40 @@ def test_b4_is_compared_with_each_variant_by_a_paired_bootstrap(world: World) ->
     assert empty.cases == 0 and empty.level("unit").variants["b4_reranked"]["ndcg@10"].mean is None
 
 
+@pytest.mark.parametrize(("unit_cases", "resource_cases"), [(9, 9), (9, 7), (9, 4), (0, 6)])
+def test_comparisons_sharing_draws_across_levels_equal_their_own_tests(unit_cases: int, resource_cases: int) -> None:
+    """The report draws once for every comparison with as many paired cases (both levels when they
+    judge as many cases): each comparison still equals its own paired_bootstrap and p at seed 0,
+    whether the levels share draws or not, and too few or no judged cases give their reason."""
+    rnd = random.Random(unit_cases * 10 + resource_cases)
+    names = [v.name for v in VARIANTS]
+    per_case = {}
+    for i in range(max(unit_cases, resource_cases)):
+        per_case[f"c{i}"] = {
+            level: {
+                name: {"ndcg@10": None if i >= judged else round(rnd.random(), 2) if name != "fusion_rrf" else 0.5}
+                for name in names
+            }
+            for level, judged in (("unit", unit_cases), ("resource", resource_cases))
+        }
+    compared = report_module._comparisons(per_case, 400)
+    for level, judged in (("unit", unit_cases), ("resource", resource_cases)):
+        comparisons = compared[level]
+        assert [c.other for c in comparisons] == [n for n in names if n != "b4_reranked"]
+        a = [per_case[f"c{i}"][level]["b4_reranked"]["ndcg@10"] for i in range(judged)]
+        for c in comparisons:
+            b = [per_case[f"c{i}"][level][c.other]["ndcg@10"] for i in range(judged)]
+            assert c.cases == judged
+            if judged == 0:
+                assert c.mean_diff is None and c.interval_reason == "no judged case"
+            elif judged < report_module.MIN_CASES_FOR_INTERVAL:
+                assert c.ci95_low is None and c.p_value is None and c.interval_reason
+                assert c.mean_diff == pytest.approx(sum(a) / judged - sum(b) / judged)
+            else:
+                assert (c.mean_diff, c.ci95_low, c.ci95_high) == tuple(paired_bootstrap(a, b, 400, seed=0))
+                assert c.p_value == paired_randomization_p(a, b, 400, seed=0)
+
+
 # -- fixtures -------------------------------------------------------------------------------------
 
 
@@ -866,7 +901,8 @@ def test_too_few_cases_give_no_interval_and_say_why(world: World) -> None:
                 assert c.cases == 1 and c.mean_diff is not None
                 assert (c.ci95_low, c.ci95_high, c.p_value) == (None, None, None)
                 assert c.interval_reason == (
-                    f"n=1: too few paired cases for an interval or p-value (needs {MIN_CASES_FOR_INTERVAL})")
+                    f"n=1: too few paired cases for an interval or p-value (needs {MIN_CASES_FOR_INTERVAL})"
+                )
                 assert wire.to_json(c)["interval_reason"] == c.interval_reason
         judge(q)
     for c in world.service.report().level("unit").comparisons:  # enough: the numbers, no reason

@@ -177,8 +177,7 @@ def test_comparisons_sharing_draws_equal_their_own_calls(samples: list[list[floa
     assert paired_randomization_ps(pairs, 300, seed) == [paired_randomization_p(x, y, 300, seed) for x, y in pairs]
 
 
-def test_sparse_differences_are_tested_as_their_full_sample() -> None:
-    """Zero differences are left out of the flipped sums; the p-value is that of every case."""
+def test_mostly_equal_samples_give_the_former_results() -> None:
     rng = random.Random(11)
     a = [rng.random() for _ in range(300)]
     b = [x if rng.random() < 0.7 else min(1.0, x + rng.gauss(0.03, 0.1)) for x in a]
@@ -186,6 +185,35 @@ def test_sparse_differences_are_tested_as_their_full_sample() -> None:
     assert 0 < sum(d != 0 for d in diffs) < 150
     assert paired_randomization_p(a, b, seed=5) == _python_randomization_p(diffs, 2_000, seed=5)
     assert paired_bootstrap(a, b, seed=5)[1:] == _python_bootstrap(diffs, 2_000, seed=5)
+
+
+wide = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)  # subnormals and every exponent between
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 30).flatmap(lambda n: st.lists(st.lists(wide, min_size=n, max_size=n), min_size=2, max_size=4)),
+    st.integers(0, 2**32),
+)
+def test_sums_of_all_pairs_at_once_are_the_exact_sums_of_each(samples: list[list[float]], seed: int) -> None:
+    """Each draw sums every pair at once in exact integer arithmetic (statistics._Packed): bounds
+    and p are bit for bit those of summing each pair with math.fsum, at any magnitudes."""
+    pairs = [(samples[0], b) for b in samples[1:]]
+    intervals = paired_bootstraps(pairs, 60, seed)
+    ps = paired_randomization_ps(pairs, 60, seed)
+    for (a, b), interval, p in zip(pairs, intervals, ps, strict=True):
+        diffs = [x - y for x, y in zip(a, b, strict=True)]
+        assert interval.mean_diff == math.fsum(diffs) / len(diffs)
+        assert (interval.low, interval.high) == _python_bootstrap(diffs, 60, seed)
+        assert p == _python_randomization_p(diffs, 60, seed)
+
+
+def test_non_finite_values_are_refused() -> None:
+    for bad in (math.nan, math.inf, -math.inf):
+        with pytest.raises(InvalidRequest):
+            paired_bootstrap([0.5, bad], [0.5, 0.5])
+        with pytest.raises(InvalidRequest):
+            paired_randomization_p([0.5, 0.5], [bad, 0.5])
 
 
 # --- the former one-test-per-call implementation, as a reference --------------------------------
