@@ -70,17 +70,22 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[int(rank) - 1]
 
 
-def gain_figures(result: Any, chosen: str) -> dict[str, Any]:
+def proposal_figures(result: Any, chosen: str) -> dict[str, Any]:
     """A cross-validated proposal's figures, as ``tune`` and ``learn`` results both carry them: the
-    current ranking's metrics and the chosen one's (under ``chosen``), the nDCG@10 gain with its
-    paired 95 % interval and sign-flip p, and whether it was proposed."""
+    cases graded and left out, the time, the current ranking's metrics and the chosen one's
+    (under ``chosen``), the nDCG@10 gain with its paired 95 % interval and sign-flip p, whether it
+    was proposed and the verdict. (``write_result`` sorts the keys.)"""
     import attrs
 
     return {
+        "cases": result.cases,
+        "excluded_cases": result.excluded_cases,
+        "seconds": result.seconds,
         "current": attrs.asdict(result.current_metrics) if result.current_metrics else None,
         chosen: attrs.asdict(result.cross_validated) if result.cross_validated else None,
         "gain": result.gain,
         "gain_interval": [result.gain_low, result.gain_high],
         "p_value": result.p_value,
         "proposed": result.proposed,
+        "verdict": result.verdict,
     }

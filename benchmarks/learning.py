@@ -42,8 +42,8 @@ from benchmarks.common import (
     CRANFIELD,
     LOCOMO_DEV,
     SCIFACT_TRAIN,
-    gain_figures,
     measured,
+    proposal_figures,
     scratch_dir,
     write_result,
 )
@@ -71,15 +71,11 @@ def _import(engine: Any, base: Path, name: str, root: Path, split: str) -> None:
 
 def _figures(result: Any) -> dict[str, Any]:
     return {
-        "cases": result.cases,
-        "excluded_cases": result.excluded_cases,
+        **proposal_figures(result, "learned"),
         "groups": result.groups,
         "training_rows": result.training_rows,
-        "seconds": result.seconds,
         "current_reranker": result.current,
         "trainer": result.trainer,
-        **gain_figures(result, "learned"),
-        "verdict": result.verdict,
         "importances": [[f.feature, f.share] for f in result.importances[:5]],
     }
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from benchmarks.common import CISI, CRANFIELD, gain_figures, measured, scratch_dir, write_result
+from benchmarks.common import CISI, CRANFIELD, measured, proposal_figures, scratch_dir, write_result
 
 NAME = "tuning"
 SCALE_CASES = 1_000
@@ -71,13 +71,9 @@ def _import(home: Path, root: Path, project: str, engine: Any) -> list[Any]:
 
 def _figures(result: Any) -> dict[str, Any]:
     return {
-        "cases": result.cases,
-        "excluded_cases": result.excluded_cases,
+        **proposal_figures(result, "cross_validated"),
         "grid_size": result.grid_size,
-        "seconds": result.seconds,
-        **gain_figures(result, "cross_validated"),
         "best": dict(result.best) if result.best else None,
-        "verdict": result.verdict,
         "estimated_similarities": result.estimated_similarities,
         "left_out": list(result.left_out),
     }
