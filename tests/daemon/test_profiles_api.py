@@ -1,6 +1,6 @@
-"""Project profiles and tuning through the real daemon on its socket, and the CLI against it
-(the operations over its client, ``cli/executor.py``): set, show, restore, refusals with stable codes, and a Run recording the
-project's own profile."""
+"""Project profiles and tuning through the real daemon on its socket, and the CLI against it (the
+operations over its client, ``cli/executor.py``): set, show, restore, refusals with stable codes,
+and a Run recording the project's own profile."""
 
 from __future__ import annotations
 

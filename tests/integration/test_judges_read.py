@@ -22,8 +22,8 @@ from memory_core.domain.model import Source, unit_hash_of
 from memory_core.entrypoints.cli import eval_commands
 from memory_core.entrypoints.cli.main import build_parser
 from memory_core.entrypoints.daemon import api
-from memory_core.operations.evaluation import get_evaluation_case, search_corpus_resources
 from memory_core.evaluation.passages import NO_SPAN, NOTES, SHOWN, TEXT_CHANGED
+from memory_core.operations.evaluation import get_evaluation_case, search_corpus_resources
 from memory_core.services.engine import Engine
 from tests.reliability.harness import engine_for
 
