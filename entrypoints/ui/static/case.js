@@ -4,7 +4,7 @@
 // keeps its edits on screen and can rebase them onto the newer version.
 
 import {
-  ApiError, call, clear, fill, errorBox, facts, fmtNum, fmtTime, h, link, say, short, table, unsay,
+  actionPanel, ApiError, call, clear, fill, errorBox, facts, fmtNum, fmtTime, h, link, say, short, table, unsay,
 } from "./lib.js";
 import { VARIANTS } from "./evaluation.js";
 import { METRICS } from "./metrics.js";
@@ -351,9 +351,7 @@ export async function caseView(main, caseId) {
         ["Provenance", c.provenance],
       ])),
       h("section", { class: "panel", "aria-labelledby": "cm-h" }, h("h2", { id: "cm-h" }, "This case"), metricsBox)),
-    h("section", { class: "panel", "aria-labelledby": "units-h" },
-      h("div", { class: "row spread" }, h("h2", { id: "units-h" }, "Relevance of retrieved units"),
-        h("div", { class: "row" }, dirtyLabel, reviewButton, saveButton)),
+    actionPanel("units", "Relevance of retrieved units", h("div", { class: "row" }, dirtyLabel, reviewButton, saveButton),
       h("p", { class: "help", id: "shortcuts" }, "Keyboard: ", h("span", { class: "kbd" }, "j"), " / ", h("span", { class: "kbd" }, "k"),
         " next / previous unit, ", h("span", { class: "kbd" }, "0"), "–", h("span", { class: "kbd" }, "3"), " grade it, ",
         h("span", { class: "kbd" }, "x"), " unjudged, ", h("span", { class: "kbd" }, "s"), " save, ",

@@ -6,7 +6,7 @@ import { learningPanel } from "./learning.js";
 import { METRICS, RETURNED_METRICS } from "./metrics.js";
 import { tuningPanel } from "./tuning.js";
 import {
-  ApiError, call, callText, clear, download, fill, errorBox, fmtMs, fmtNum, fmtTime, h, link, say, table,
+  actionPanel, ApiError, call, callText, clear, download, fill, errorBox, fmtMs, fmtNum, fmtTime, h, link, say, table,
 } from "./lib.js";
 
 const go = (href) => window.memcoreNavigate(href);
@@ -149,9 +149,7 @@ function reportPanel(report, levelName, onLevel) {
       ["recall@20", "ndcg@10", "mrr"].map((k) => [k, level.variants[v] && level.variants[v][k] ? level.variants[v][k].mean : null])) })),
     max: 1, caption: `${level.judged_cases} judged case(s); ${level.unjudged_cases} without a relevant item (excluded from the means).`,
   });
-  return h("section", { class: "panel", "aria-labelledby": "report-h" },
-    h("div", { class: "row spread" }, h("h2", { id: "report-h" }, "Benchmark: B1–B4"),
-      h("label", { for: "level", class: "inline" }, "Level", levelSelect)),
+  return actionPanel("report", "Benchmark: B1–B4", h("label", { for: "level", class: "inline" }, "Level", levelSelect),
     h("p", { class: "help" }, `${report.cases} case(s), ${report.reviewed_cases} reviewed. `,
       "These figures make the evaluation pipeline executable; they are a quality gate only once the cases are representative and reviewed."),
     metricTable(level, report.latency_ms), chart, returnedTable(level),

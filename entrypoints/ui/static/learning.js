@@ -2,7 +2,7 @@
 // latest learning's cross-validated gain and most important features, and its model put in use
 // with one action when the guard proposed it (docs/evaluation.md).
 
-import { ApiError, busyButton, call, clear, errorBox, facts, fmtNum, h, say } from "./lib.js";
+import { actionPanel, ApiError, busyButton, call, clear, errorBox, facts, fmtNum, h, say } from "./lib.js";
 
 function gainText(r) {
   if (r.gain === null) return "—";
@@ -49,8 +49,7 @@ export async function learningPanel(project) {
   } catch (error) {
     box.append(errorBox(error, "The learnings could not be read"));
   }
-  return h("section", { class: "panel", "aria-labelledby": "learning-h" },
-    h("div", { class: "row spread" }, h("h2", { id: "learning-h" }, "Learned ranker"), learnButton),
+  return actionPanel("learning", "Learned ranker", learnButton,
     h("p", { class: "help" }, "Learns a ranker (LightGBM lambdarank) over every candidate's recorded scores and ranks, ",
       "cross-validated against the ranking now; proposed only when the nDCG@10 gain's 95 % interval lies above 0."),
     box);

@@ -159,6 +159,13 @@ export function clear(el) {
   return el;
 }
 
+/** A panel headed by an h2 (``${id}-h``, which labels it) on one row with its ``actions``
+ * (buttons, a filter), then ``children``: every panel with actions is laid out here. */
+export function actionPanel(id, title, actions, ...children) {
+  return h("section", { class: "panel", "aria-labelledby": `${id}-h` },
+    h("div", { class: "row spread" }, h("h2", { id: `${id}-h` }, title), actions), ...children);
+}
+
 export function table(headers, rows, props = {}) {
   const head = h("tr", null, headers.map((c) => {
     const spec = typeof c === "string" ? { text: c } : c;

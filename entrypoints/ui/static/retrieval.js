@@ -2,7 +2,7 @@
 
 import { hbars } from "./charts.js";
 import {
-  ApiError, call, clear, fill, confirmDialog, errorBox, facts, fmtMs, fmtNum, fmtTime, h, link, say, short,
+  actionPanel, ApiError, call, clear, fill, confirmDialog, errorBox, facts, fmtMs, fmtNum, fmtTime, h, link, say, short,
   statusBadge, table,
 } from "./lib.js";
 import { STAGES } from "./runtime.js";
@@ -257,9 +257,7 @@ export async function runPage(main, runId) {
         h("details", null, h("summary", null, "Revisions"),
           facts(Object.entries(run.revisions).sort().map(([k, v]) => [k, h("code", { class: "wrap-any" }, v)]))))),
     r.status === "succeeded" ? lagPanel(run) : null,
-    h("section", { class: "panel", "aria-labelledby": "cand-h" },
-      h("div", { class: "row spread" }, h("h2", { id: "cand-h" }, `Candidates (${run.candidates.length})`),
-        h("label", { for: "disposition", class: "inline" }, "Show", filter)),
+    actionPanel("cand", `Candidates (${run.candidates.length})`, h("label", { for: "disposition", class: "inline" }, "Show", filter),
       h("p", { class: "help" }, "Each stage shows the unit's rank, and its score below. Selected units are highlighted."),
       body));
 }

@@ -1,7 +1,7 @@
 // Tuning (issue 18): the project's ranking profile, `eval tune` on its reviewed cases with the
 // cross-validated verdict, and the proposal applied with one action (docs/evaluation.md).
 
-import { ApiError, busyButton, call, clear, errorBox, facts, fmtNum, h, say, table } from "./lib.js";
+import { actionPanel, ApiError, busyButton, call, clear, errorBox, facts, fmtNum, h, say, table } from "./lib.js";
 
 function profileFacts(view) {
   const used = view.in_use;
@@ -62,8 +62,7 @@ export async function tuningPanel(project) {
   } catch (error) {
     profileBox.append(errorBox(error, "The profile could not be read"));
   }
-  return h("section", { class: "panel", "aria-labelledby": "tuning-h" },
-    h("div", { class: "row spread" }, h("h2", { id: "tuning-h" }, "Ranking profile and tuning"), tuneButton),
+  return actionPanel("tuning", "Ranking profile and tuning", tuneButton,
     h("p", { class: "help" }, "Searches the fusion settings on this project's reviewed cases from their stored traces, ",
       "cross-validated; a proposal only when the nDCG@10 gain's 95 % interval lies above 0."),
     profileBox, resultBox);
