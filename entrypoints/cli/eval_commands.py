@@ -263,10 +263,10 @@ def handle(engine: Any, args: argparse.Namespace, home: Path) -> int:
             Path(args.out).write_bytes(data)
             out.print(f"wrote {args.out} ({len(data):,} bytes)")
     elif action == "import":
-        fixture = EvaluationFixture(read_json(args.file, "fixture", document=True))
+        to_import = EvaluationFixture(read_json(args.file, "fixture", document=True))
         bar, progress = progress_bar(not args.json)
         with bar, job_progress(engine, "import_evaluation_set", None, progress):
-            result = engine.import_evaluation_set(fixture)
+            result = engine.import_evaluation_set(to_import)
         _answer(out, args.json, result, import_summary)
     elif action == "import-beir":
         from memory_core.services.beir_import import import_beir
