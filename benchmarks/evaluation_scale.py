@@ -5,11 +5,14 @@ comes the way a person makes one: an activation (a recorded Run), ``create_evalu
 it, then ``replace_evaluation_judgments`` with a few judgments (three units of the trace and one
 resource of the corpus). Then the B1-B4 report over every case, the fixture export, its import
 into a fresh home, the import again (everything already present) and the report there; the two
-reports must agree.
+reports must agree. The report is timed again there (``REPORT_RUNS`` runs), and one more run under
+cProfile says where its seconds go (reading the cases, rankings, grading and metrics, statistics).
 """
 
 from __future__ import annotations
 
+import cProfile
+import pstats
 import random
 import statistics
 import time
@@ -21,6 +24,20 @@ from benchmarks.synthetic import cranfield_queries, write_synthetic_memory
 NAME = "evaluation_scale"
 PROJECT = "bench"
 UNITS = 1_000
+REPORT_RUNS = 3
+
+# The report's parts, by the functions that do them (module path, function): their cumulative time
+# under cProfile. Profiling slows Python-level code more than C-level code, so shares, not seconds.
+REPORT_PARTS = {
+    "reading the cases": ("services/evaluation.py", "case_inputs"),
+    "variant rankings": ("evaluation/report.py", "variant_rankings"),
+    "grading and metrics": ("evaluation/report.py", "ranking_metrics"),
+    "returned metrics": ("evaluation/report.py", "returned_metrics"),
+    "bootstrap intervals": ("evaluation/statistics.py", "paired_bootstraps"),
+    "randomization tests": ("evaluation/statistics.py", "paired_randomization_ps"),
+    "missed evidence": ("evaluation/report.py", "missed_evidence"),
+    "latency": ("evaluation/report.py", "latency_report"),
+}
 
 
 def _timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
@@ -42,6 +59,19 @@ def report_means(report: Any) -> dict[str, float | None]:
     from memory_core.evaluation.report import LEVELS, NDCG, VARIANT_NAMES
 
     return {f"{level.value}/{v}": report.mean(level, v, NDCG) for level in LEVELS for v in VARIANT_NAMES}
+
+
+def profile_report(engine: Any) -> dict[str, float]:
+    """Cumulative seconds of the report and of each of ``REPORT_PARTS`` in one profiled run."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    engine.evaluation_report(PROJECT)
+    profiler.disable()
+    stats: dict[tuple[str, int, str], tuple[Any, ...]] = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    out = {"total": sum(tt for _, _, tt, _, _ in stats.values())}
+    for part, (path, function) in REPORT_PARTS.items():
+        out[part] = sum(v[3] for (file, _, name), v in stats.items() if name == function and file.endswith(path))
+    return out
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -83,6 +113,9 @@ def run(quick: bool) -> dict[str, Any]:
             imported, import_s = _timed(other.import_evaluation_set, fixture)
             again, reimport_s = _timed(other.import_evaluation_set, fixture)
             replayed, report2_s = _timed(other.evaluation_report, PROJECT)
+            report_runs_s = [_timed(other.evaluation_report, PROJECT)[1] for _ in range(REPORT_RUNS)]
+            load.append(loadavg())
+            profile = profile_report(other)
         finally:
             other.close()
         load.append(loadavg())
@@ -111,6 +144,8 @@ def run(quick: bool) -> dict[str, Any]:
         "import_s": import_s,
         "import_again_s": reimport_s,
         "report_after_import_s": report2_s,
+        "report_runs_s": report_runs_s,
+        "report_profile_s": profile,
         "imported": {
             "cases_added": len(imported.cases_added),
             "corpora_added": imported.corpora_added,
@@ -143,7 +178,8 @@ def render(result: dict[str, Any]) -> str:
         f"{result['create_case_ms']['p95']:.1f} ms |",
         f"| replace a case's judgments (p50 / p95) | {result['replace_judgments_ms']['p50']:.1f} / "
         f"{result['replace_judgments_ms']['p95']:.1f} ms |",
-        f"| B1–B4 report over {n:,} cases (both levels, bootstrap intervals) | {result['report_s']:.2f} s |",
+        f"| report over {n:,} cases (B1–B4 and a variant per fusion, both levels, B4's paired intervals and p) | "
+        f"{result['report_s']:.2f} s |",
         f"| export the fixture ({result['fixture_bytes'] / mib:.1f} MiB) | {result['export_s']:.2f} s |",
         f"| export with judgment history ({result['fixture_with_history_bytes'] / mib:.1f} MiB) | "
         f"{result['export_with_history_s']:.2f} s |",
@@ -151,6 +187,7 @@ def render(result: dict[str, Any]) -> str:
         f"| import again (all {result['imported']['unchanged_on_reimport']:,} cases already present) | "
         f"{result['import_again_s']:.2f} s |",
         f"| report in the importing home | {result['report_after_import_s']:.2f} s |",
+        *_report_runs_row(result),
         "",
         f"The import added {result['imported']['cases_added']:,} cases, {result['imported']['corpora_added']} "
         f"corpus and {result['imported']['blobs_written']:,} blobs; the report there "
@@ -162,5 +199,32 @@ def render(result: dict[str, Any]) -> str:
         + " The fixture is one JSON document holding every case's full source trace (about 200 candidates "
         "with every stage's rank and score), which is what its size is made of.",
         "",
+        *_profile_lines(result),
     ]
     return "\n".join(lines)
+
+
+def _report_runs_row(result: dict[str, Any]) -> list[str]:
+    runs = result.get("report_runs_s")
+    if not runs:
+        return []
+    return [
+        f"| report in the importing home, {len(runs)} more runs (median, min–max) | "
+        f"{statistics.median(runs):.2f} s ({min(runs):.2f}–{max(runs):.2f}) |"
+    ]
+
+
+def _profile_lines(result: dict[str, Any]) -> list[str]:
+    profile = result.get("report_profile_s")
+    if not profile:
+        return []
+    total = profile["total"]
+    shares = ", ".join(f"{part} {profile[part] / total:.0%}" for part in REPORT_PARTS if part in profile)
+    return [
+        f"Where a report's time goes (one run in the importing home under cProfile, {total:.1f} s profiled; "
+        f"shares of it, the rest is assembling the report): {shares}. The B4 comparisons (one per other "
+        "variant and level, 2,000 resamples each) share their resamples and sign flips, drawn once for "
+        "all comparisons with as many paired cases, and each draw sums every comparison at once "
+        "(`evaluation/statistics.py`).",
+        "",
+    ]
