@@ -30,12 +30,23 @@ MAX_DEPTH = 1_000  # lexical, dense and rerank depths: a bound on the work one a
 MAX_SCORE_FLOOR = 1_000.0
 
 
-def _within(lo: float, hi: float) -> Any:
+def _within(lo: float, hi: float, *, optional: bool = False) -> Any:
     def check(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if optional and value is None:
+            return
         if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
-            raise InvalidRequest(f"{attribute.name} must be within [{lo:g}, {hi:g}], got {value!r}", key=attribute.name)
+            also = " or null" if optional else ""
+            raise InvalidRequest(f"{attribute.name} must be within [{lo:g}, {hi:g}]{also}, got {value!r}",
+                                 key=attribute.name)  # fmt: skip
 
     return check
+
+
+# A cross-encoder's maximum (query, text) pair length, in tokens: 8 leaves room for the special
+# tokens and a word of each side; 8192 is beyond any BERT-family position table. A setting above
+# the chosen model's own maximum is that maximum (``ModelRegistry.reranker_for``), so a profile
+# stays valid across the project's choice of cross-encoder.
+MIN_RERANK_TOKENS, MAX_RERANK_TOKENS = 8, 8_192
 
 
 # BM25's k1 and b, the one place every lexical index takes them from: the conventional values
@@ -60,9 +71,22 @@ class RankingProfile:
     min_final_score: float = attrs.field(default=0.0, validator=_within(-MAX_SCORE_FLOOR, MAX_SCORE_FLOOR))
     bm25_k1: float = BM25_K1
     bm25_b: float = BM25_B
+    # The cross-encoder a project chose (issue 33): pairs per ONNX Runtime call, and the pair's
+    # maximum length in tokens (None: the model's own). Without a cross-encoder neither applies.
+    rerank_batch: int | None = attrs.field(default=None, validator=_within(1, MAX_DEPTH, optional=True))
+    rerank_max_tokens: int | None = attrs.field(
+        default=None, validator=_within(MIN_RERANK_TOKENS, MAX_RERANK_TOKENS, optional=True)
+    )
 
     def settings(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        """What the revision hashes: every setting that can change a score. The batch cannot (it
+        only groups the pairs), and an unset cross-encoder key is left out, so every profile's
+        revision is the one it had before these keys existed."""
+        out = attrs.asdict(self)
+        del out["rerank_batch"]
+        if out["rerank_max_tokens"] is None:
+            del out["rerank_max_tokens"]
+        return out
 
     @property
     def revision(self) -> str:
@@ -72,8 +96,10 @@ class RankingProfile:
 # What a project's own profile may set. BM25's k1 and b are the lexical index's (not per project).
 PROFILE_KEYS = (
     "lexical_depth", "dense_depth", "rrf_k", "rerank_depth", "token_budget", "max_fragments",
-    "per_resource_limit", "min_final_score",
+    "per_resource_limit", "min_final_score", "rerank_batch", "rerank_max_tokens",
 )  # fmt: skip
+# Keys whose null means "the model's own" (a document may say so explicitly).
+_NULLABLE_KEYS = {"rerank_batch", "rerank_max_tokens"}
 # The fusion function (``fusion``: a name in ``retrieval.fusion.FUSIONS``) and every parameter a
 # registered fusion takes; which ones a given fusion accepts is checked by ``fusion_from_settings``.
 FUSION_KEYS = (FUSION_SETTING, *FUSION_PARAMETERS)
@@ -83,7 +109,7 @@ FUSION_KEYS = (FUSION_SETTING, *FUSION_PARAMETERS)
 LEARNED_MODEL = "learned_model"
 SETTING_KEYS = ("name", *PROFILE_KEYS, *FUSION_KEYS, LEARNED_MODEL)
 _INTEGER_KEYS = {"lexical_depth", "dense_depth", "rrf_k", "rerank_depth", "token_budget", "max_fragments",
-                 "per_resource_limit"}  # fmt: skip
+                 "per_resource_limit", "rerank_batch", "rerank_max_tokens"}  # fmt: skip
 MAX_NAME_CHARS = 64
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
@@ -118,6 +144,8 @@ def check_setting_type(key: str, value: Any) -> None:
     elif key in ("normalisation", FUSION_SETTING):
         if not isinstance(value, str):
             raise InvalidRequest(f"{key} must be a string, got {value!r}", key=key)
+    elif key in _NULLABLE_KEYS and value is None:
+        return
     elif key in _INTEGER_KEYS:
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidRequest(f"{key} must be an integer, got {value!r}", key=key)

@@ -95,7 +95,7 @@ class Engine:
 
     @_profiles.default
     def _project_profiles(self) -> ProjectProfiles:
-        return ProjectProfiles(self.profile_store, self.profile, self.reranker, self.learner)
+        return ProjectProfiles(self.profile_store, self.profile, self.reranker, self.learner, self._cross_encoder)
 
     # -- projects -------------------------------------------------------------------------
     def add_project(self, name: str, sources: Sequence[Source]) -> Project:
@@ -315,8 +315,14 @@ class Engine:
         """The profile and reranker ``project_id`` ranks with: its own profile, else the defaults;
         a cross-encoder the project chose (issue 33) rescores the profile's rerank window."""
         ranking = self._profiles.ranking_for(project_id)
-        cross_encoder = self.models.reranker_for(project_id) if self.models is not None else None
+        cross_encoder = self._cross_encoder(project_id, ranking.profile)
         return ranking if cross_encoder is None else attrs.evolve(ranking, reranker=cross_encoder)
+
+    def _cross_encoder(self, project_id: str, profile: RankingProfile) -> Reranker | None:
+        """The project's cross-encoder (None: none) with its profile's batch and maximum length."""
+        if self.models is None:
+            return None
+        return self.models.reranker_for(project_id, batch=profile.rerank_batch, max_tokens=profile.rerank_max_tokens)
 
     def project_profile(self, name: str) -> ProfileView:
         """The project's ranking settings in effect and their history; raises ``ProjectNotFound``."""

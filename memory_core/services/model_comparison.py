@@ -148,7 +148,9 @@ def _ranking(engine: Engine, case_project: str, scratch_id: str, choice: ModelCh
     ranking = engine.profile_ranking(case_project)
     if choice.reranker == NO_RERANKER:
         return ranking
-    cross_encoder = engine.models.reranker_for(scratch_id)
+    profile = ranking.profile  # its cross-encoder batch and length apply to the variant's cross-encoder too
+    cross_encoder = engine.models.reranker_for(scratch_id, batch=profile.rerank_batch,
+                                               max_tokens=profile.rerank_max_tokens)  # fmt: skip
     return ranking if cross_encoder is None else attrs.evolve(ranking, reranker=cross_encoder)
 
 

@@ -269,13 +269,19 @@ class ModelRegistry:
             return found
 
     def reranker_for(
-        self, project_id: str, *, batch: int = RERANK_BATCH, max_tokens: int | None = None
+        self, project_id: str, *, batch: int | None = None, max_tokens: int | None = None
     ) -> Reranker | None:
-        """The cross-encoder the project chose (None: none), opened once per settings."""
+        """The cross-encoder the project chose (None: none), opened once per settings: the
+        profile's ``rerank_batch`` and ``rerank_max_tokens`` (None: ``RERANK_BATCH`` and the
+        model's own length). A length past the model's own is the model's own (the profile is
+        checked once, without knowing which model the project will choose)."""
         name = self.effective(project_id).reranker
         if name is None or name == NO_RERANKER or self.store is None:
             return None
         spec = self._registered(name).spec
+        batch = RERANK_BATCH if batch is None else batch
+        if max_tokens is not None and max_tokens >= spec.max_tokens:
+            max_tokens = None  # the same scores, the same revision, the same cached session
         key = (spec.revision, batch, max_tokens)
         with self._lock:
             found = self._rerankers.get(key)

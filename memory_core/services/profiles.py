@@ -5,7 +5,7 @@ appends a copy), so a Run's recorded ``ranking_profile`` revision can always be 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -51,6 +51,10 @@ class ProjectProfiles:
     default_profile: RankingProfile
     default_reranker: Reranker
     learner: RankLearner | None = None  # loads a profile's learned model (issue 32); None: none load
+    # The cross-encoder a project chose (issue 33), built with its profile's rerank_batch and
+    # rerank_max_tokens: it reranks in place of the profile's reranker, so the view shows its
+    # revision (the one a Run records). None: no model registry.
+    cross_encoder: Callable[[str, RankingProfile], Reranker | None] | None = None
     _parsed: dict[str, tuple[tuple[int, str], Ranking]] = attrs.field(factory=dict, init=False)
 
     def ranking_of(self, settings: Mapping[str, Any]) -> Ranking:
@@ -102,8 +106,10 @@ class ProjectProfiles:
         settings.update({k: getattr(ranking.profile, k) for k in PROFILE_KEYS})
         if is_fusion(ranking.reranker):
             settings.update(ranking.reranker.settings())  # type: ignore[attr-defined]
+        cross_encoder = self.cross_encoder(project_id, ranking.profile) if self.cross_encoder is not None else None
+        reranker = cross_encoder if cross_encoder is not None else ranking.reranker
         return ProfileView(project_id, history[-1] if history else None, settings, ranking.profile.revision,
-                           ranking.reranker.revision, history)  # fmt: skip
+                           reranker.revision, history)  # fmt: skip
 
     def set(self, project_id: str, settings: object, source: str = FROM_FILE) -> ProfileView:
         """Check ``settings`` whole, then store them as the project's next version."""

@@ -21,6 +21,8 @@ from memory_core.retrieval.profile import (
     MAX_BUDGET,
     MAX_DEPTH,
     MAX_NAME_CHARS,
+    MAX_RERANK_TOKENS,
+    MIN_RERANK_TOKENS,
     PROFILE_KEYS,
     SETTING_KEYS,
     ProjectRanking,
@@ -44,9 +46,11 @@ RANGES: dict[str, tuple[float, float]] = {
     "rerank_depth": (0, MAX_DEPTH), "token_budget": (1, MAX_BUDGET), "max_fragments": (1, MAX_DEPTH),
     "per_resource_limit": (1, MAX_DEPTH), "alpha": (0.0, 1.0), "cosine_floor": (-1.0, 1.0),
     "exact_bonus": (0.0, MAX_EXACT_BONUS), "resource_weight": (0.0, 1.0),
+    "rerank_batch": (1, MAX_DEPTH), "rerank_max_tokens": (MIN_RERANK_TOKENS, MAX_RERANK_TOKENS),
 }  # fmt: skip
 INTEGERS = {"lexical_depth", "dense_depth", "rrf_k", "rerank_depth", "token_budget", "max_fragments",
-            "per_resource_limit"}  # fmt: skip
+            "per_resource_limit", "rerank_batch", "rerank_max_tokens"}  # fmt: skip
+NULLABLE = {"rerank_batch", "rerank_max_tokens"}
 
 refused_char = st.sampled_from(sorted(BIDI_CONTROLS)) | st.characters(categories=["Cc", "Zl", "Zp"])
 safe_char = st.characters(categories=["L", "N", "P", "S", "Zs"], exclude_characters="@")
@@ -54,7 +58,9 @@ safe_text = st.text(safe_char, max_size=MAX_NAME_CHARS)
 numbers = (
     st.integers(-(10**6), 10**6)
     | st.floats(allow_nan=True, allow_infinity=True)
-    | st.sampled_from([1e300, -1e300, 1e-300, 0, 0.0, -0.0, 1, 2, 1000, 1001, 10_000, 10_001, 100_000, 100_001])
+    | st.sampled_from(
+        [1e300, -1e300, 1e-300, 0, 0.0, -0.0, 1, 2, 7, 8, 1000, 1001, 8192, 8193, 10_000, 10_001, 100_000, 100_001]
+    )
 )
 
 
@@ -86,6 +92,8 @@ def test_the_refused_characters_are_named_in_the_message() -> None:
 
 
 def _within(key: str, value: Any, exact_bonus: float) -> bool:
+    if key in NULLABLE and value is None:
+        return True  # the cross-encoder's own batch or length
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return False
     if key in INTEGERS and not isinstance(value, int):
