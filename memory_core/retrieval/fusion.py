@@ -175,7 +175,12 @@ class _Convex:
         return 0.0, 1.0 + self.exact_bonus
 
     def settings(self) -> dict[str, Any]:
-        return {"fusion": self.name, **attrs.asdict(self)}  # type: ignore[attr-defined]
+        """The fusion as a profile names it. An offline parameter at its default is left out: a
+        profile document cannot name one (module doc), so a tuning's proposal must not either."""
+        return {"fusion": self.name, **{  # type: ignore[attr-defined]
+            a.name: getattr(self, a.name) for a in attrs.fields(type(self))
+            if not (a.metadata.get("offline") and getattr(self, a.name) == a.default)
+        }}  # fmt: skip
 
     def sides(self, candidates: Sequence[RerankInput]) -> tuple[list[float], list[float]]:
         raise NotImplementedError
