@@ -36,3 +36,8 @@ class RerankCandidate:
     rrf_score: float = 0.0
     text: str = ""
     heading_path: tuple[str, ...] = ()
+
+
+def text_candidate(text: str) -> RerankCandidate:
+    """A candidate a cross-encoder reads only the text of (no lexical or dense evidence)."""
+    return RerankCandidate("r", None, 0.0, text=text)

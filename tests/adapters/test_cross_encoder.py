@@ -6,11 +6,11 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
-import attrs
 import pytest
 
 from memory_core.adapters.models.cross_encoder import CrossEncoderReranker, weights_digest
 from memory_core.domain.errors import InvalidRequest
+from tests.units import text_candidate
 
 pytestmark = pytest.mark.slow
 
@@ -20,18 +20,6 @@ WORDS = [
     *["slipstream", "lift", "drag", "mach", "number", "boundary", "layer", "heat", "transfer"],
     "runbook",
 ]
-
-
-@attrs.frozen
-class Candidate:
-    """What the Reranker port reads from a candidate (``RerankInput``)."""
-
-    text: str
-    heading_path: tuple[str, ...] = ()
-    exact_rank: int | None = None
-    bm25_score: float | None = None
-    dense_similarity: float | None = 0.0
-    rrf_score: float = 0.0
 
 
 def build_tiny_cross_encoder(directory: Path, num_labels: int) -> Path:
@@ -70,13 +58,13 @@ def reranker(model_dir: Path) -> CrossEncoderReranker:
 
 
 CANDIDATES = [
-    Candidate("to roll back a deploy run the rollback script"),
-    Candidate("coffee is brewed from roasted beans"),
-    Candidate("the wing in a slipstream has more lift"),
-    Candidate(""),
-    Candidate("heat transfer in the boundary layer at mach number 5"),
-    Candidate("the previous release"),
-    Candidate("drag"),
+    text_candidate("to roll back a deploy run the rollback script"),
+    text_candidate("coffee is brewed from roasted beans"),
+    text_candidate("the wing in a slipstream has more lift"),
+    text_candidate(""),
+    text_candidate("heat transfer in the boundary layer at mach number 5"),
+    text_candidate("the previous release"),
+    text_candidate("drag"),
 ]
 QUERY = "how do i roll back a deploy?"
 
@@ -108,11 +96,11 @@ def test_batching_does_not_change_scores(model_dir: Path, reranker: CrossEncoder
 def test_long_texts_are_truncated_to_what_the_model_can_read(reranker: CrossEncoderReranker) -> None:
     """max_length 512 asks for more than the 128 positions the tiny model has: both are honoured."""
     long_text = "wing slipstream lift drag " * 2_000
-    scores = reranker.rerank(QUERY, [Candidate(long_text), Candidate(long_text + " coffee")])
+    scores = reranker.rerank(QUERY, [text_candidate(long_text), text_candidate(long_text + " coffee")])
     assert len(scores) == 2
     # Everything past the window is cut, so the appended word cannot matter.
     assert scores[0] == pytest.approx(scores[1], abs=1e-6)
-    assert reranker.rerank("lift " * 1_000, [Candidate("drag")])  # an over-long query too
+    assert reranker.rerank("lift " * 1_000, [text_candidate("drag")])  # an over-long query too
 
 
 def test_revision_names_directory_and_weights_hash(model_dir: Path, reranker: CrossEncoderReranker) -> None:

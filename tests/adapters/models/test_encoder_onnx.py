@@ -26,25 +26,13 @@ from memory_core.adapters.models.onnx_minilm import OnnxMiniLMEmbedder
 from memory_core.domain.errors import InvalidRequest, ModelUnavailable
 from memory_core.domain.models import ModelOverrides
 from tests.adapters.models.tiny_models import TEXTS, build, torch_outputs
+from tests.units import text_candidate
 
 pytestmark = pytest.mark.slow  # builds models with transformers, compares with torch
 
 QUERY = "how do i roll back a deploy"
 # float32 through two different graphs: rounding only (observed <= 1e-6)
 TOLERANCE = 2e-5
-
-
-@attrs.frozen
-class Candidate:
-    """What the Reranker port reads from a candidate (``RerankInput``)."""
-
-    text: str
-    heading_path: tuple[str, ...] = ()
-    exact_rank: int | None = None
-    bm25_score: float | None = None
-    dense_similarity: float | None = 0.0
-    rrf_score: float = 0.0
-    resource_id: str = "r"
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +112,7 @@ def test_cross_encoder_scores_match_transformers(root: Path, cache: Path, case: 
     family, labels = CROSS_ENCODERS[case]
     spec = read_model_dir(build(root / f"ce-{family}-{labels}", family, head="classifier", num_labels=labels))
     reranker = open_cross_encoder(spec, cache, batch=3)
-    scores = reranker.rerank(QUERY, [Candidate(t) for t in TEXTS])
+    scores = reranker.rerank(QUERY, [text_candidate(t) for t in TEXTS])
     want = torch_outputs(spec, [(QUERY, t) for t in TEXTS])
     np.testing.assert_allclose(scores, want, atol=TOLERANCE, rtol=0)
     assert reranker.scored_pairs == len(TEXTS) and reranker.seconds > 0
@@ -133,16 +121,16 @@ def test_cross_encoder_scores_match_transformers(root: Path, cache: Path, case: 
 
 def test_a_cross_encoder_scores_only_its_depth_and_keeps_the_rest_in_order(root: Path, cache: Path) -> None:
     spec = read_model_dir(build(root / "ce-depth", "bert", head="classifier", num_labels=1, seed=5))
-    full = open_cross_encoder(spec, cache).rerank(QUERY, [Candidate(t) for t in TEXTS])
+    full = open_cross_encoder(spec, cache).rerank(QUERY, [text_candidate(t) for t in TEXTS])
     shallow = open_cross_encoder(spec, cache, depth=3)
-    scores = shallow.rerank(QUERY, [Candidate(t) for t in TEXTS])
+    scores = shallow.rerank(QUERY, [text_candidate(t) for t in TEXTS])
     np.testing.assert_allclose(scores[:3], full[:3], atol=TOLERANCE, rtol=0)
     assert len(set(scores[3:])) == 1 and scores[3] < min(scores[:3])  # tied: apply_rerank keeps RRF order
     assert shallow.scored_pairs == 3
     assert shallow.revision != open_cross_encoder(spec, cache).revision  # another window, other scores
     shorter = open_cross_encoder(spec, cache, max_tokens=16)
     assert shorter.revision != open_cross_encoder(spec, cache).revision
-    long_text = [Candidate(TEXTS[3])]
+    long_text = [text_candidate(TEXTS[3])]
     want = torch_outputs(attrs.evolve(spec, max_tokens=16), [(QUERY, TEXTS[3])])
     np.testing.assert_allclose(shorter.rerank(QUERY, long_text), want, atol=TOLERANCE, rtol=0)
     with pytest.raises(InvalidRequest):
