@@ -1,9 +1,9 @@
 """The ONNX graph of any BERT, RoBERTa, XLM-RoBERTa or MPNet encoder (issue 33), built with
 ``onnx.helper`` from its safetensors weights: no torch, no exported file to trust.
 
-``onnx_graph.py`` builds all-MiniLM-L6-v2's graph and stays as it is: that file's bytes decide
-the vectors stored indexes hold. This builder is the same construction with the shape read from
-``config.json`` (any hidden size, layer and head count) and the family's differences:
+``onnx_graph.py`` builds all-MiniLM-L6-v2's graph, whose bytes decide the vectors stored indexes
+hold; both build on ``onnx_nodes.GraphBuilder``. This builder is the same construction with the
+shape read from ``config.json`` (any hidden size, layer and head count) and the family's differences:
 
 - BERT: absolute positions 0..S-1; token types as the tokenizer gives them (a cross-encoder's
   second segment is type 1) when the model has more than one.
@@ -31,12 +31,11 @@ import attrs
 import numpy as np
 
 from memory_core.adapters.models.model_dir import safetensors_header
+from memory_core.adapters.models.onnx_nodes import GraphBuilder, int64_input
 from memory_core.domain.errors import ModelUnavailable
 
 # Part of the cache key of every built file: a change to the graph below must rebuild them.
 GRAPH_VERSION = "e1"
-OPSET = 17  # LayerNormalization is an ONNX operator from 17 on
-MASK_BIAS = -10000.0  # as onnx_graph: exp() of it is 0 in float32
 MPNET_BUCKETS = 32  # transformers' MPNetEncoder calls relative_position_bucket with its default 32
 MPNET_MAX_DISTANCE = 128
 _ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
@@ -160,51 +159,30 @@ class WeightsMissing(ValueError):
 
 def build_encoder(shape: EncoderShape, weights: Mapping[str, np.ndarray], name: str = "encoder") -> Any:
     """The ``onnx.ModelProto``; ``WeightsMissing`` naming a missing or misshapen tensor."""
-    import onnx
-    from onnx import TensorProto, helper
-
     g = _Graph(weights, shape)
     ids, mask = "input_ids", "attention_mask"
-    inputs = [
-        helper.make_tensor_value_info(ids, TensorProto.INT64, ["batch", "sequence"]),
-        helper.make_tensor_value_info(mask, TensorProto.INT64, ["batch", "sequence"]),
-    ]
+    inputs = [int64_input(ids), int64_input(mask)]
     h = shape.hidden
     x = g.node("Gather", [g.weight("embeddings.word_embeddings.weight", (-1, h)), ids])
     x = g.node("Add", [x, _positions(g, shape, ids, mask)])
     if shape.takes_token_types:
-        inputs.append(helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, ["batch", "sequence"]))
+        inputs.append(int64_input("token_type_ids"))
         table = g.weight("embeddings.token_type_embeddings.weight", (shape.token_types, h))
         x = g.node("Add", [x, g.node("Gather", [table, "token_type_ids"])])
     elif shape.family != "mpnet" and "embeddings.token_type_embeddings.weight" in weights:
         row = g.tensor("embeddings.token_type_embeddings.weight", (-1, h))[0]
         x = g.node("Add", [x, g.const("token_type_0", row)])
     x = g.layer_norm(x, "embeddings.LayerNorm")
-    mask_f = g.node("Cast", [mask], to=TensorProto.FLOAT)
-    keep = g.node("Sub", [g.const("one_f", np.array(1.0, np.float32)), mask_f])
-    bias = g.node("Mul", [keep, g.const("mask_bias", np.array(MASK_BIAS, np.float32))])
-    bias = g.node("Unsqueeze", [bias, g.const("axes_1_2", np.array([1, 2], np.int64))])  # B × 1 × 1 × S
+    mask_f, bias = g.score_bias(mask)  # B × 1 × 1 × S
     if shape.family == "mpnet":
         bias = g.node("Add", [bias, _mpnet_position_bias(g, shape, ids)])  # B × heads × S × S
     for i in range(shape.layers):
         x = g.encoder_layer(x, bias, f"encoder.layer.{i}")
     if shape.kind == "reranker":
-        output, width = "logits", shape.labels
-        _classifier(g, shape, x, output)
-    else:
-        output, width = "embeddings", h
-        _pooled(g, shape, x, mask_f, output)
-    graph = helper.make_graph(
-        g.nodes,
-        name,
-        inputs,
-        [helper.make_tensor_value_info(output, TensorProto.FLOAT, ["batch", width])],
-        initializer=g.initializers,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="memory-core")
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+        _classifier(g, shape, x, "logits")
+        return g.model(name, inputs, "logits", shape.labels)
+    _pooled(g, shape, x, mask_f, "embeddings")
+    return g.model(name, inputs, "embeddings", h)
 
 
 def mpnet_buckets(positions: int) -> np.ndarray:
@@ -286,12 +264,10 @@ def _pooled(g: _Graph, shape: EncoderShape, x: str, mask_f: str, output: str) ->
                 "Max", [g.node("ReduceSum", [w, axes_1], keepdims=0), g.const("eps_9", np.array(1e-9, np.float32))]
             )
             pooled = g.node("Div", [pooled, count])
-    if not shape.normalize:
+    if shape.normalize:
+        g.normalized(pooled, axes_1, output)
+    else:
         g.node("Identity", [pooled], output=output)
-        return
-    squares = g.node("ReduceSum", [g.node("Mul", [pooled, pooled]), axes_1], keepdims=1)
-    length = g.node("Max", [g.node("Sqrt", [squares]), g.const("eps_12", np.array(1e-12, np.float32))])
-    g.node("Div", [pooled, length], output=output)
 
 
 def _classifier(g: _Graph, shape: EncoderShape, x: str, output: str) -> None:
@@ -306,57 +282,18 @@ def _classifier(g: _Graph, shape: EncoderShape, x: str, output: str) -> None:
     g.node("Identity", [logits], output=output)
 
 
-class _Graph:
-    """Nodes and initializers; weights keep their (prefix-stripped) safetensors names."""
+class _Graph(GraphBuilder):
+    """Weights keep their (prefix-stripped) safetensors names; the shape and family from ``config.json``."""
+
+    missing = WeightsMissing
 
     def __init__(self, weights: Mapping[str, np.ndarray], shape: EncoderShape) -> None:
-        from onnx import numpy_helper
-
-        self._weights = weights
+        super().__init__(weights, shape.hidden, shape.heads, shape.intermediate, shape.eps)
         self._shape = shape
-        self._from_array = numpy_helper.from_array
-        self._names: set[str] = set()
-        self._count = 0
-        self.nodes: list[Any] = []
-        self.initializers: list[Any] = []
 
-    def tensor(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        array = self._weights.get(name)
-        if array is None:
-            raise WeightsMissing(f"the weights lack tensor {name!r}")
-        if array.ndim != len(shape) or any(want not in (-1, got) for want, got in zip(shape, array.shape, strict=True)):
-            raise WeightsMissing(f"tensor {name!r} is {array.shape}, expected {shape} (config.json disagrees)")
-        return array
-
-    def const(self, name: str, array: np.ndarray) -> str:
-        if name not in self._names:
-            self._names.add(name)
-            # Not np.ascontiguousarray: it makes a 0-d index (Gather's, Range's) 1-d.
-            self.initializers.append(
-                self._from_array(array if array.flags.c_contiguous else array.copy(order="C"), name)
-            )
-        return name
-
-    def weight(self, name: str, shape: tuple[int, ...]) -> str:
-        return self.const(name, self.tensor(name, shape))
-
-    def node(self, op: str, inputs: list[str], output: str | None = None, **attributes: Any) -> str:
-        from onnx import helper
-
-        self._count += 1
-        out = output or f"{op.lower()}_{self._count}"
-        self.nodes.append(helper.make_node(op, inputs, [out], name=f"{op}_{self._count}", **attributes))
-        return out
-
-    def linear(self, x: str, prefix: str, rows: int, cols: int) -> str:
-        transposed = self.const(prefix + ".weight.T", self.tensor(prefix + ".weight", (rows, cols)).T)
-        product = self.node("MatMul", [x, transposed])
-        return self.node("Add", [product, self.weight(prefix + ".bias", (rows,))])
-
-    def layer_norm(self, x: str, prefix: str) -> str:
-        h = self._shape.hidden
-        scale, bias = self.weight(prefix + ".weight", (h,)), self.weight(prefix + ".bias", (h,))
-        return self.node("LayerNormalization", [x, scale, bias], axis=-1, epsilon=self._shape.eps)
+    def misfit(self, name: str, array: np.ndarray, shape: tuple[int, ...]) -> str | None:
+        problem = super().misfit(name, array, shape)
+        return None if problem is None else problem + " (config.json disagrees)"
 
     def activation(self, x: str) -> str:
         kind = self._shape.activation
@@ -375,32 +312,8 @@ class _Graph:
             inner = self.node("Tanh", [self.node("Mul", [cubic, k])])
         return self.node("Mul", [half, self.node("Add", [inner, one])])
 
-    def encoder_layer(self, x: str, bias: str, prefix: str) -> str:
-        s = self._shape
-        head = s.hidden // s.heads
-        split = self.const("shape_heads", np.array([0, 0, s.heads, head], np.int64))  # 0: keep that dim
-        merge = self.const("shape_hidden", np.array([0, 0, s.hidden], np.int64))
-        if s.family == "mpnet":
-            names = {n: f"{prefix}.attention.attn.{n[0]}" for n in ("query", "key", "value")}
-            out_proj, attn_norm = f"{prefix}.attention.attn.o", f"{prefix}.attention.LayerNorm"
-        else:
-            names = {n: f"{prefix}.attention.self.{n}" for n in ("query", "key", "value")}
-            out_proj, attn_norm = f"{prefix}.attention.output.dense", f"{prefix}.attention.output.LayerNorm"
-
-        def heads(name: str, perm: list[int]) -> str:
-            projected = self.linear(x, names[name], s.hidden, s.hidden)
-            return self.node("Transpose", [self.node("Reshape", [projected, split])], perm=perm)
-
-        q = heads("query", [0, 2, 1, 3])
-        k = heads("key", [0, 2, 3, 1])
-        v = heads("value", [0, 2, 1, 3])
-        scores = self.node("MatMul", [q, k])
-        scores = self.node("Mul", [scores, self.const("attn_scale", np.array(1.0 / math.sqrt(head), np.float32))])
-        probs = self.node("Softmax", [self.node("Add", [scores, bias])], axis=-1)
-        context = self.node("Transpose", [self.node("MatMul", [probs, v])], perm=[0, 2, 1, 3])
-        context = self.node("Reshape", [context, merge])
-        attended = self.linear(context, out_proj, s.hidden, s.hidden)
-        x = self.layer_norm(self.node("Add", [attended, x]), attn_norm)
-        inner = self.activation(self.linear(x, f"{prefix}.intermediate.dense", s.intermediate, s.hidden))
-        out = self.linear(inner, f"{prefix}.output.dense", s.hidden, s.intermediate)
-        return self.layer_norm(self.node("Add", [out, x]), f"{prefix}.output.LayerNorm")
+    def attention_names(self, prefix: str) -> tuple[dict[str, str], str, str]:
+        if self._shape.family != "mpnet":
+            return super().attention_names(prefix)
+        names = {n: f"{prefix}.attention.attn.{n[0]}" for n in ("query", "key", "value")}
+        return names, f"{prefix}.attention.attn.o", f"{prefix}.attention.LayerNorm"
