@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from memory_core.domain.errors import InvalidRequest, MemoryCoreError
 from memory_core.entrypoints.daemon import api, dispatch
-from memory_core.entrypoints.wire_input import decode_json, encodable
+from memory_core.entrypoints.wire_input import encodable
 
 log = logging.getLogger("memory_core.daemon")
 JSON = "application/json"
@@ -50,6 +50,14 @@ def error_response(exc: MemoryCoreError) -> Response:
 async def read_json(request: Request, limit: int) -> Any:
     """The body as JSON (no body at all is ``{}``; whitespace alone is not JSON), read no further
     than ``limit`` bytes."""
+    body = await read_body(request, limit)
+    if len(body) > PARSE_INLINE_BYTES:  # seconds of parsing, off the event loop
+        return await anyio.to_thread.run_sync(api.decode_body, body)
+    return api.decode_body(body)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body's bytes, read no further than ``limit``."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
@@ -67,15 +75,7 @@ async def read_json(request: Request, limit: int) -> Any:
         # but the log says what happened (not an internal error).
         raise InvalidRequest("the connection closed before the request body was complete",
                              reason="body_incomplete") from None  # fmt: skip
-    if not body:
-        return {}
-    if len(body) > PARSE_INLINE_BYTES:  # a fixture: seconds of parsing, off the event loop
-        return await anyio.to_thread.run_sync(_parse, bytes(body))
-    return _parse(bytes(body))
-
-
-def _parse(body: bytes) -> Any:
-    return decode_json(body)  # the boundary decoder every transport shares
+    return bytes(body)
 
 
 def create_app(context: dispatch.Context, *, max_body_bytes: int = api.MAX_BODY_BYTES) -> Starlette:
@@ -93,13 +93,15 @@ def create_app(context: dispatch.Context, *, max_body_bytes: int = api.MAX_BODY_
         code = "ok"
         try:
             method = dispatch.lookup(name)
+            limit = method.max_body_bytes or max_body_bytes
             if request.method == "GET" and method.allow_get:
-                raw: Any = {}
+                typed = api.structure(converter, {}, method.request)
+            elif request.method == "POST" and method.undecoded:
+                typed = await read_body(request, limit)  # decoded where it runs (a fixture: in its job)
             elif request.method == "POST":
-                raw = await read_json(request, method.max_body_bytes or max_body_bytes)
+                typed = api.structure(converter, await read_json(request, limit), method.request)
             else:
                 raise api.MethodNotAllowed(f"{request.method} is not allowed; use POST", method=request.method)
-            typed = api.structure(converter, raw, method.request)
             # Encoding runs in the worker too: an exported fixture is megabytes of JSON.
             body = await anyio.to_thread.run_sync(partial(encode, method, typed))
             response = Response(body, media_type=JSON)

@@ -22,7 +22,7 @@ from memory_core.domain import errors as err
 from memory_core.domain.jobs import RUNNING, JobInfo
 from memory_core.entrypoints.bootstrap import Watcher
 from memory_core.entrypoints.daemon import api
-from memory_core.entrypoints.daemon.jobs import JobBoard, JobRunner
+from memory_core.entrypoints.daemon.jobs import FROM_BODY, JobBoard, JobRunner, request_from_body
 from memory_core.operations import (
     JOB,
     MCP,
@@ -57,6 +57,10 @@ class Method:
     # False: the handler takes the engine lock itself (``Context.engine_held``) if at all: process
     # state answers even while the engine is busy, and a wait need not hold the lock.
     uses_engine: bool = True
+    # True: the handler gets the request's body (bytes) as it came, and the job that runs it
+    # decodes it (``jobs.FROM_BODY``): a fixture's hundreds of MiB are parsed in the job's
+    # process, not on the daemon's event loop and GIL beside every activation (issue 31).
+    undecoded: bool = False
     # The operation's own request size limit (a test may lower it): the app reads it from here.
     max_body_bytes: int | None = attrs.field(default=attrs.Factory(lambda self: self.op.max_body_bytes,
                                                                    takes_self=True))  # fmt: skip
@@ -121,9 +125,23 @@ class Context:
         if self.jobs is None:
             with self.board.job(operation.__name__, args), self.engine_held():
                 return operation(self.engine, *args, **kwargs)
+        return cast(R, self._in_child(operation.__name__, *args, **kwargs))
+
+    def run_job_from_body(self, name: str, body: bytes) -> Any:
+        """A job whose request comes as its body, undecoded (``Method.undecoded``): decoded and
+        checked where it runs, in the job's process; without a runner, here (run under the engine lock)."""
+        if self.jobs is None:
+            with self.board.job(name, ()):
+                op, request = request_from_body(name, body)
+                with self.engine_held():
+                    return op.handler(self.engine, request)
+        return self._in_child(name, body)
+
+    def _in_child(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        assert self.jobs is not None
         self._count(+1)
         try:
-            return cast(R, self.jobs.run(operation.__name__, *args, **kwargs))
+            return self.jobs.run(name, *args, **kwargs)
         finally:
             self._count(-1)
 
@@ -136,9 +154,10 @@ class Context:
 _HERE: dict[str, Method] = {}
 
 
-def runs(op: Operation[Any, Any], *, uses_engine: bool = True) -> Callable[[Callable[[Context, Any], Any]], Any]:
+def runs(op: Operation[Any, Any], *, uses_engine: bool = True,
+         undecoded: bool = False) -> Callable[[Callable[[Context, Any], Any]], Any]:  # fmt: skip
     def declare(handler: Callable[[Context, Any], Any]) -> Callable[[Context, Any], Any]:
-        _HERE[op.name] = Method(op, handler, uses_engine)
+        _HERE[op.name] = Method(op, handler, uses_engine, undecoded)
         return handler
 
     return declare
@@ -203,9 +222,10 @@ def activate_memory(ctx: Context, req: run_ops.ActivateMemoryRequest) -> Activat
         return run_ops.activate_memory.handler(ctx.engine, req)
 
 
-@runs(evaluation.import_evaluation_set, uses_engine=False)
-def import_evaluation_set(ctx: Context, req: evaluation.ImportEvaluationSetRequest) -> Any:
-    return ctx.run_job(Engine.import_evaluation_set, req.fixture.document)
+@runs(evaluation.import_evaluation_set, uses_engine=False, undecoded=True)
+def import_evaluation_set(ctx: Context, body: bytes) -> Any:
+    # Its ImportEvaluationSetRequest is decoded in the job's process, errors and all.
+    return ctx.run_job_from_body(evaluation.import_evaluation_set.name, body)
 
 
 @runs(profiles.tune_project, uses_engine=False)
@@ -279,6 +299,7 @@ def _on_the_engine(op: Operation[Any, Any]) -> Method:
 
 
 assert set(_HERE) <= {op.name for op in OPERATIONS}, "@runs names an operation the table lacks"
+assert {m.name for m in _HERE.values() if m.undecoded} == FROM_BODY, "an undecoded body is decoded by its job"
 METHODS: tuple[Method, ...] = (
     Method(RUNTIME_STATUS, runtime_status, uses_engine=False),
     *(_HERE.get(op.name) or _on_the_engine(op) for op in OPERATIONS),

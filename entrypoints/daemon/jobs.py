@@ -14,7 +14,8 @@ gets ``job_interrupted``.
 
 Both sides live here: ``JobRunner`` in the daemon, ``main`` in the child
 (``python -m memory_core.entrypoints.daemon.jobs HOME``). They speak length-prefixed pickle frames
-over the child's stdin and stdout: a request ``(operation, args, kwargs)``, any number of
+over the child's stdin and stdout: a request ``(operation, args, kwargs)`` (for a ``FROM_BODY``
+job, ``args`` is the HTTP request's body, undecoded), any number of
 ``("progress", text)`` while it runs (at most one each ``PROGRESS_EVERY_S``: ``list_jobs`` shows
 the last), then an answer ``("ok", value, retiring)`` or ``("error", exception, retiring)``
 (domain errors pickle whole: ``MemoryCoreError.__reduce__``). A child that answered is kept for the next job (at most
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import logging
 import os
 import pickle
@@ -51,6 +53,10 @@ log = logging.getLogger("memory_core.daemon")
 
 # The Engine methods a job may run: the operations that take long and need no model.
 OPERATIONS = frozenset({"tune_project", "learn_project", "import_evaluation_set", "move_project_storage"})
+# Those whose one argument is the HTTP request's body as the daemon received it: the child decodes
+# and checks it as the app checks every other body (``request_from_body``), so the daemon spends
+# nothing on a fixture of hundreds of MiB but receiving its bytes (issue 31).
+FROM_BODY = frozenset({"import_evaluation_set"})
 # Their first argument is a project.
 PROJECT_OPERATIONS = frozenset({"tune_project", "learn_project", "move_project_storage"})
 ENDED_KEPT = 20  # ended jobs list_jobs still shows
@@ -163,6 +169,8 @@ class JobRunner:
         """The Engine's ``operation`` over the home, in a child; its result, or its error raised."""
         if operation not in OPERATIONS:
             raise ValueError(f"{operation!r} is not a job")
+        if operation in FROM_BODY and not (len(args) == 1 and isinstance(args[0], bytes) and not kwargs):
+            raise ValueError(f"{operation!r} takes its request's body, undecoded")
         request = pickle.dumps((operation, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
         with self.board.job(operation, args) as job:
             job.child = child = self._child()
@@ -363,12 +371,35 @@ def _resident_bytes() -> int:
 
 def _run(home: str, operation: str, args: tuple[Any, ...], kwargs: dict[str, Any], progress: Progress) -> Any:
     from memory_core.entrypoints.bootstrap import bootstrap
+    from memory_core.operations.registry import reporting
 
     if operation not in OPERATIONS:
         raise ValueError(f"{operation!r} is not a job")
     # No recovery: the daemon owns its Runs; this process starts none.
+    if operation in FROM_BODY:
+        op, request = request_from_body(operation, *args)  # before the engine: a malformed body opens nothing
+        with bootstrap(home, recover=False) as engine, reporting(progress):
+            return op.handler(engine, request)
     with bootstrap(home, recover=False) as engine:
         return getattr(engine, operation)(*args, progress=progress, **kwargs)
+
+
+def request_from_body(operation: str, body: bytes) -> tuple[Any, Any]:
+    """A ``FROM_BODY`` job's operation and its request, decoded from ``body`` (the HTTP request's
+    body, which the daemon's app did not read) and checked as the app checks every other body:
+    a malformed one gets the same typed error, raised here."""
+    from memory_core.entrypoints.daemon import api
+    from memory_core.operations import OPERATIONS as TABLE
+
+    (op,) = (o for o in TABLE if o.name == operation)
+    return op, api.structure_body(_converter(), body, op.request)
+
+
+@functools.cache
+def _converter() -> Any:
+    from memory_core.entrypoints.daemon import api
+
+    return api.make_converter()
 
 
 def _limit_memory() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pickle
 import signal
 import threading
@@ -257,3 +258,96 @@ def test_the_cli_draws_a_jobs_progress_from_its_record_or_from_the_engine(daemon
         assert local == [("copying", 0, 1), ("copying", 1, 1)]
     finally:
         engine.close()
+
+
+# -- an import's body is decoded in its job (issue 31) -----------------------------------------
+MALFORMED_IMPORTS = {
+    "not JSON": b'{"fixture": {"format": ',
+    "not UTF-8": b'{"fixture": "\xff"}',
+    "a duplicate key": b'{"fixture": {}, "fixture": {}}',
+    "no body": b"",
+    "not an object": b'{"fixture": [1]}',
+    "an unknown field": b'{"fixture": {}, "extra": 1}',
+}
+
+
+def post_body(daemon: Daemon, method: str, body: bytes) -> tuple[int, Any]:
+    """POST ``body`` as it is (no client encodes it); the status and the JSON answer."""
+    from memory_core.entrypoints.daemon.transport import UnixSocketHTTP
+
+    http = UnixSocketHTTP(daemon.socket, timeout=WAIT_S, connect_timeout=5.0)
+    try:
+        reply = http.post(f"/v1/{method}", content=body, headers={"content-type": "application/json"})
+        return reply.status_code, reply.json()
+    finally:
+        http.close()
+
+
+def refused_by_the_app(body: bytes) -> tuple[int, Any]:
+    """The answer the daemon's app gave such a body when it decoded it itself, before it handed
+    the request to the job: the boundary decoder, then the strict converter, then the envelope."""
+    from memory_core.entrypoints.daemon import api
+    from memory_core.entrypoints.daemon.app import error_response
+    from memory_core.entrypoints.wire_input import decode_json
+
+    try:
+        api.structure(api.make_converter(), decode_json(body) if body else {}, api.ImportEvaluationSetRequest)
+    except err.MemoryCoreError as exc:
+        response = error_response(exc)
+        return response.status_code, json.loads(bytes(response.body))
+    raise AssertionError(f"{body!r} is a valid request")
+
+
+def continued(daemon: Daemon, call: Any) -> Any:
+    """``call``'s outcome, once the job it started has been seen stopped in its own process
+    (``PAUSE_POINT_ENV``: before it reads its request) and let go; it must not answer before."""
+    worker, outcome = in_thread(call)
+    child = paused_job(daemon)
+    assert worker.is_alive() and not outcome, f"answered before its job's process ran: {outcome}"
+    os.kill(child, signal.SIGCONT)
+    worker.join(timeout=WAIT_S)
+    assert not worker.is_alive()
+    return outcome
+
+
+@pytest.mark.slow
+def test_an_imports_body_is_decoded_in_its_job_not_in_the_daemon(tmp_path: Path) -> None:
+    """Issue 31, item 2: the daemon hands an import's body to the job's process undecoded (a
+    fixture of hundreds of MiB cost its event loop and GIL seconds of parsing beside every
+    activation). A malformed body reaches the job's process, seen there stopped with no answer
+    given, and comes back refused with the very answer the daemon's own decoding gave (code,
+    message, details, status); a valid one imports as before."""
+    from memory_core.evaluation.fixture import ImportResult
+
+    source = memory_folder(tmp_path / "memory")
+    daemon = Daemon(tmp_path / "home", tmp_path / "daemon.log", env={jobs.PAUSE_POINT_ENV: "import_evaluation_set"})
+    client = daemon.client
+    try:
+        client.add_project("ledger", [Source(str(source))])
+        client.index_project("ledger")
+        run_id = client.activate_memory("ledger", QUERY).run_id
+        assert run_id is not None
+        case = client.create_evaluation_case(run_id)
+        fixture = client.export_evaluation_set(case_ids=[case.case_id])
+        bodies = {**MALFORMED_IMPORTS, "the fixture unwrapped": fixture.to_bytes()}
+        answers = {}
+        for what, body in bodies.items():
+            outcome = continued(daemon, lambda b=body: post_body(daemon, "import_evaluation_set", b))
+            assert outcome["value"] == refused_by_the_app(body), what
+            status, answers[what] = outcome["value"]
+            assert status == 400, what
+        codes = [answer["error"]["code"] for answer in answers.values()]
+        assert codes == ["invalid_json", "invalid_json"] + ["invalid_request"] * 5
+        assert answers["a duplicate key"]["error"]["details"]["reason"] == "duplicate_key"
+
+        outcome = continued(daemon, lambda: client.import_evaluation_set(fixture))
+        assert outcome["value"] == ImportResult((), (case.case_id,), 0, 0)  # the case is there already
+        # Each body was its job's: refused there, listed failed with its code (newest first).
+        imports = [j for j in client.list_jobs().jobs if j.operation == "import_evaluation_set"]
+        assert [(j.state, j.error_code) for j in imports] == [("succeeded", None)] + [
+            ("failed", code) for code in reversed(codes)
+        ]
+        ended = [r for r in daemon.log_records() if r["message"] == "job ended"]
+        assert [r["status"] for r in ended] == ["error"] * len(codes) + ["ok"]
+    finally:
+        assert daemon.stop() == 0

@@ -178,7 +178,13 @@ class ErrorEnvelope:
 
 
 # The parts, under the one name (imported last: they use nothing of the above but their own).
-from memory_core.entrypoints.daemon.api.converter import make_converter, structure, unstructure  # noqa: E402
+from memory_core.entrypoints.daemon.api.converter import (  # noqa: E402
+    decode_body,
+    make_converter,
+    structure,
+    structure_body,
+    unstructure,
+)
 from memory_core.entrypoints.daemon.api.responses import RuntimeStatus, RuntimeStatusRequest  # noqa: E402
 from memory_core.entrypoints.daemon.api.shapes import COMPUTED, DOCUMENT_SCHEMAS, SCHEMA_EXTRA  # noqa: E402
 from memory_core.operations.evaluation import (  # noqa: E402
@@ -324,10 +330,12 @@ __all__ = [
     "TuneProjectRequest",
     "TuningList",
     "UnknownMethod",
+    "decode_body",
     "error_classes",
     "exception_for",
     "make_converter",
     "status_for",
     "structure",
+    "structure_body",
     "unstructure",
 ]

@@ -16,6 +16,7 @@ from memory_core.domain.canonical import plain
 from memory_core.domain.errors import InvalidRequest, MemoryCoreError
 from memory_core.domain.evaluation_errors import InvalidJudgments
 from memory_core.entrypoints.daemon.api.shapes import COMPUTED, DOCUMENT_SCHEMAS
+from memory_core.entrypoints.wire_input import decode_json
 from memory_core.evaluation.cases import parse_judgments
 from memory_core.operations.evaluation import JudgmentInput
 from memory_core.retrieval.activation_state import ActivationState
@@ -164,6 +165,17 @@ def structure(conv: cattrs.Converter, raw: Any, cls: type[Any]) -> Any:
         raise InvalidRequest(
             f"invalid {cls.__name__}: " + "; ".join(problems[:5]), errors=problems[:50]
         ) from None
+
+
+def decode_body(body: bytes) -> Any:
+    """A request body as JSON: no body at all is ``{}`` (whitespace alone is not JSON)."""
+    return decode_json(body) if body else {}  # the boundary decoder every transport shares
+
+
+def structure_body(conv: cattrs.Converter, body: bytes, cls: type[Any]) -> Any:
+    """A request body decoded and checked into ``cls``: where a job decodes its own request
+    (``jobs.FROM_BODY``), the same errors as the app's, in the same order."""
+    return structure(conv, decode_body(body), cls)
 
 
 def unstructure(conv: cattrs.Converter, value: Any) -> Any:
