@@ -35,8 +35,9 @@ from typing import Any, cast
 
 import numpy as np
 
-from memory_core.adapters.models.minilm import QUERY_CACHE_SIZE, QueryCache, available_cores, file_sha256
+from memory_core.adapters.models.minilm import QUERY_CACHE_SIZE, QueryCache, available_cores
 from memory_core.adapters.models.model_dir import TOKENIZER_FILE, read_config, revision_of, weight_files
+from memory_core.adapters.models.onnx_sessions import CachedOnnxSessions, load_tokenizer
 from memory_core.domain.errors import InvalidRequest, ModelUnavailable
 from memory_core.domain.model import Vector
 from memory_core.domain.models import ModelSpec
@@ -71,20 +72,6 @@ def open_embedder(
     )
 
 
-def open_cross_encoder(
-    spec: ModelSpec,
-    cache_dir: Path | str,
-    depth: int | None = None,
-    batch: int = 16,
-    max_tokens: int | None = None,
-    threads: int | None = None,
-) -> OnnxCrossEncoder:
-    """The Reranker of a ``...ForSequenceClassification`` ``spec``; loads on first use."""
-    if spec.kind != "reranker":
-        raise InvalidRequest(f"{spec.architecture} is an {spec.kind} model, not a cross-encoder", model_dir=spec.path)
-    return OnnxCrossEncoder(spec, cache_dir, depth, batch, max_tokens, threads)
-
-
 def is_packaged_minilm(spec: ModelSpec) -> bool:
     """Whether ``spec`` is the shipped all-MiniLM-L6-v2 with the settings the default embedder
     runs it with (same files, mean pooling, normalised, 256 tokens, no prefixes)."""
@@ -107,7 +94,7 @@ def _packaged_revision(read: Any, directory: Path) -> str:
     return _packaged[key]
 
 
-class _OnnxModel:
+class _OnnxModel(CachedOnnxSessions):
     """What both ports share: the spec, its cached graph, sessions by thread count, the tokenizer."""
 
     def __init__(self, spec: ModelSpec, cache_dir: Path | str, inference: str) -> None:
@@ -119,8 +106,6 @@ class _OnnxModel:
         self._model_file: Path | None = None
         self._sessions: dict[int, Any] = {}
         self._tokenizer: Any = None
-        self._takes_token_types = False
-        self._pad_id = 0
         self._load_lock = threading.Lock()
 
     @property
@@ -129,19 +114,11 @@ class _OnnxModel:
         assert self._model_file is not None
         return self._model_file
 
-    def _session(self, threads: int) -> Any:
-        session = self._sessions.get(threads)
-        if session is not None:
-            return session
-        with self._load_lock:
-            if threads not in self._sessions:
-                if self._tokenizer is None:
-                    self._check_revision()
-                    pad = read_config(Path(self.spec.path)).get("pad_token_id")
-                    self._pad_id = 1 if self.spec.family == "mpnet" else (pad if isinstance(pad, int) else 0)
-                    self._tokenizer = self._load_tokenizer()
-                self._sessions[threads] = self._open_session(threads)
-            return self._sessions[threads]
+    def _prepare(self) -> None:
+        self._check_revision()
+        pad = read_config(Path(self.spec.path)).get("pad_token_id")
+        self._pad_id = 1 if self.spec.family == "mpnet" else (pad if isinstance(pad, int) else 0)
+        super()._prepare()
 
     def _check_revision(self) -> None:
         now = revision_of(self.spec)
@@ -154,67 +131,23 @@ class _OnnxModel:
             )
 
     def _load_tokenizer(self) -> Any:
-        try:
-            from tokenizers import Tokenizer
-
-            tokenizer = Tokenizer.from_file(str(Path(self.spec.path) / TOKENIZER_FILE))
-        except Exception as e:  # OSError, or the Rust parser's Exception
-            raise ModelUnavailable(
-                f"cannot load the tokenizer: {type(e).__name__}: {e}", model_dir=self.spec.path, missing=TOKENIZER_FILE
-            ) from e
-        tokenizer.no_padding()  # padded per batch, to its longest text
-        tokenizer.enable_truncation(max_length=self.spec.max_tokens, strategy="longest_first")
-        return tokenizer
+        directory = Path(self.spec.path)
+        return load_tokenizer(directory, self.spec.max_tokens, model_dir=self.spec.path, missing=TOKENIZER_FILE)
 
     def _open_session(self, threads: int) -> Any:
-        from memory_core.adapters.models.onnx_minilm import _new_session
-
-        path = self._cached_file(self.inference)
-        try:
-            session = _new_session(path, threads)
-        except Exception:  # a damaged file the checksum did not catch: rebuild once
-            path = self._cached_file(self.inference, rebuild=True)
-            try:
-                session = _new_session(path, threads)
-            except Exception as e:
-                raise ModelUnavailable(
-                    f"ONNX Runtime cannot load {path}: {type(e).__name__}: {e}", model_file=str(path)
-                ) from e
+        session = super()._open_session(threads)
         self._takes_token_types = any(i.name == "token_type_ids" for i in session.get_inputs())
         return session
 
-    def _cached_file(self, inference: str, rebuild: bool = False) -> Path:
+    def _cache_entry(self, inference: str) -> tuple[Path, dict[str, Any]]:
         from memory_core.adapters.models.encoder_graph import GRAPH_VERSION
-        from memory_core.adapters.models.onnx_minilm import _quantize, _stamp_matches, _stamp_path, _write_atomic
 
         name = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.spec.architecture)[:60]
         path = self.cache_dir / f"{name}-{self.spec.short_revision}-g{GRAPH_VERSION}-{inference}.onnx"
-        stamp: dict[str, Any] = {"revision": self.spec.revision, "graph_version": GRAPH_VERSION, "inference": inference}
-        if not rebuild and _stamp_matches(path, stamp):
-            self._model_file = path
-            return path
-        try:
-            self.cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            if inference == "fp32":
-                _write_atomic(path, self._build_fp32)
-            else:
-                source = self._cached_file("fp32")
-                _write_atomic(path, lambda tmp: _quantize(source, tmp))
-            stamp["sha256"] = file_sha256(path)
-            import json
+        return path, {"revision": self.spec.revision, "graph_version": GRAPH_VERSION, "inference": inference}
 
-            _write_atomic(_stamp_path(path), lambda tmp: tmp.write_text(json.dumps(stamp, sort_keys=True)))
-        except ModelUnavailable:
-            raise
-        except Exception as e:  # missing tensors, onnx's checker, a full disk: one typed error
-            raise ModelUnavailable(
-                f"cannot build the ONNX model in {self.cache_dir}: {type(e).__name__}: {e}",
-                model_dir=self.spec.path,
-                cache_dir=str(self.cache_dir),
-                problem="build_failed",
-            ) from e
-        self._model_file = path
-        return path
+    def _build_details(self) -> dict[str, Any]:
+        return {"model_dir": self.spec.path, "cache_dir": str(self.cache_dir), "problem": "build_failed"}
 
     def _build_fp32(self, target: Path) -> None:
         import onnx
@@ -231,29 +164,6 @@ class _OnnxModel:
         shape = encoder_shape(config, self.spec)
         weights = encoder_weights(load_weights(weight_files(directory)))
         onnx.save_model(build_encoder(shape, weights, name=self.spec.architecture), str(target))
-
-    def _feeds(self, encodings: list[Any]) -> dict[str, np.ndarray]:
-        width = max(len(e.ids) for e in encodings)
-        ids = np.full((len(encodings), width), self._pad_id, dtype=np.int64)
-        mask = np.zeros((len(encodings), width), dtype=np.int64)
-        types = np.zeros((len(encodings), width), dtype=np.int64)
-        for row, e in enumerate(encodings):
-            ids[row, : len(e.ids)] = e.ids
-            mask[row, : len(e.ids)] = 1
-            types[row, : len(e.ids)] = e.type_ids
-        feeds = {"input_ids": ids, "attention_mask": mask}
-        if self._takes_token_types:
-            feeds["token_type_ids"] = types
-        return feeds
-
-    def _run(self, session: Any, output: str, encodings: list[Any]) -> np.ndarray:
-        try:
-            (out,) = session.run([output], self._feeds(encodings))
-        except Exception as e:  # onnxruntime's Fail, an allocation failure: one typed error
-            raise ModelUnavailable(
-                f"ONNX Runtime inference failed: {type(e).__name__}: {e}", model_file=str(self._model_file)
-            ) from e
-        return np.ascontiguousarray(out, dtype=np.float32)
 
 
 class OnnxEncoderEmbedder(_OnnxModel):
@@ -345,6 +255,10 @@ class OnnxCrossEncoder(_OnnxModel):
         max_tokens: int | None = None,
         threads: int | None = None,
     ) -> None:
+        if spec.kind != "reranker":
+            raise InvalidRequest(
+                f"{spec.architecture} is an {spec.kind} model, not a cross-encoder", model_dir=spec.path
+            )
         if batch < 1 or (depth is not None and depth < 0) or (threads is not None and threads < 1):
             raise InvalidRequest("batch and threads must be >= 1 and depth >= 0")
         if max_tokens is not None and not 8 <= max_tokens <= spec.max_tokens:
@@ -401,6 +315,10 @@ class OnnxCrossEncoder(_OnnxModel):
         self.scored_pairs += len(scored)
         self.seconds += time.perf_counter() - started
         return scores
+
+
+# The Reranker of a ``...ForSequenceClassification`` ``spec`` (another kind is refused); loads on first use.
+open_cross_encoder = OnnxCrossEncoder
 
 
 def _score(logits: np.ndarray) -> np.ndarray:
