@@ -49,6 +49,16 @@ def prepare_home(path: str | os.PathLike[str]) -> Path:
     return home
 
 
+class _Below:
+    """A path below a ``HomeLayout``'s root, read as an attribute (``layout.db_path``)."""
+
+    def __init__(self, *parts: str) -> None:
+        self.parts = parts
+
+    def __get__(self, layout: HomeLayout, owner: type[HomeLayout]) -> Path:
+        return layout.root.joinpath(*self.parts)
+
+
 @attrs.frozen
 class HomeLayout:
     """Where each store lives under a home directory."""
@@ -64,37 +74,14 @@ class HomeLayout:
         """Resolve the home, prepare it (umask, 0700, writable) and lay it out."""
         return cls(prepare_home(resolve_home(explicit)))
 
-    @property
-    def db_path(self) -> Path:
-        return self.root / "local.db"
-
-    @property
-    def blobs_dir(self) -> Path:
-        return self.root / "evaluation-corpora" / "blobs"
-
-    @property
-    def projects_dir(self) -> Path:
-        return self.root / "projects"
-
-    @property
-    def models_dir(self) -> Path:
-        """Models built from shipped weights (the ONNX graph), owner-only like the rest."""
-        return self.root / "models"
-
-    @property
-    def evaluation_sources_dir(self) -> Path:
-        """The memory folders ``eval import-beir`` writes, one per project, replaced on import."""
-        return self.root / "evaluation-sources"
-
-    @property
-    def run_dir(self) -> Path:
-        """The daemon's lock file, log and (when the path is short enough) socket."""
-        return self.root / "run"
-
-    @property
-    def demo_dir(self) -> Path:
-        """``memcore demo``'s copy of the shipped demo memory (its project's source)."""
-        return self.root / "demo"
+    # Each store's place below the root (one table: a new folder goes here and in own_folders).
+    db_path = _Below("local.db")
+    blobs_dir = _Below("evaluation-corpora", "blobs")
+    projects_dir = _Below("projects")
+    models_dir = _Below("models")  # models built from shipped weights (the ONNX graph), owner-only like the rest
+    evaluation_sources_dir = _Below("evaluation-sources")  # what ``eval import-beir`` writes, one folder a project
+    run_dir = _Below("run")  # the daemon's lock file, log and (when the path is short enough) socket
+    demo_dir = _Below("demo")  # ``memcore demo``'s copy of the shipped demo memory (its project's source)
 
     @property
     def own_folders(self) -> tuple[Path, ...]:
