@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import attrs
 import pytest
 
 from memory_core.adapters.in_memory.models import InMemoryModelStore
-from memory_core.adapters.in_memory.storage import InMemoryCatalog
 from memory_core.adapters.sqlite import SCHEMA_VERSION, SqliteCatalog, open_database, schema_version
 from memory_core.adapters.sqlite.migrations import MIGRATIONS, m010_models, migration_number
 from memory_core.adapters.sqlite.models import SqliteModelStore
@@ -20,26 +17,12 @@ from memory_core.domain.model import Project
 from memory_core.domain.model_registry_errors import ModelExists, ModelInUse, ModelNotFound
 from memory_core.domain.models import ModelOverrides, ModelSpec
 from memory_core.ports.models import ModelChoice, RegisteredModel
-
-
-@attrs.frozen
-class World:
-    catalog: Any
-    store: Any
+from tests.contracts.store_world import World, store_world
 
 
 @pytest.fixture(params=["sqlite", "memory"])
 def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
-    if request.param == "sqlite":
-        catalog: Any = SqliteCatalog(open_database(tmp_path / "local.db"))
-        store: Any = SqliteModelStore(open_database(tmp_path / "local.db"))
-    else:
-        catalog = InMemoryCatalog()
-        store = InMemoryModelStore(catalog.get_project)
-    for name in ("alpha", "beta"):
-        catalog.add_project(Project(name, (), "2026-01-01T00:00:00.000Z"))
-    yield World(catalog, store)
-    catalog.close()
+    yield from store_world(request.param, tmp_path, SqliteModelStore, InMemoryModelStore, ("alpha", "beta"))
 
 
 def registered(name: str, kind: str = "embedding", revision: str = "e" * 64) -> RegisteredModel:

@@ -4,39 +4,30 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import attrs
 import pytest
 
 from memory_core.adapters.in_memory.profiles import InMemoryProfileStore
-from memory_core.adapters.in_memory.storage import InMemoryCatalog
 from memory_core.adapters.sqlite import SqliteCatalog, open_database
 from memory_core.adapters.sqlite.profiles import SqliteProfileStore
 from memory_core.domain.errors import ProjectNotFound
 from memory_core.domain.evaluation_errors import TuningNotFound
 from memory_core.domain.model import Project
 from memory_core.evaluation.tuning import TuneMetrics, TuneResult
-
-
-@attrs.frozen
-class World:
-    catalog: Any
-    store: Any
+from tests.contracts.store_world import World, store_world
 
 
 @pytest.fixture(params=["sqlite", "memory"])
 def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
     clock = iter(f"2026-01-01T00:00:{s:02d}.000Z" for s in range(60)).__next__
-    if request.param == "sqlite":
-        catalog: Any = SqliteCatalog(open_database(tmp_path / "local.db"))
-        store: Any = SqliteProfileStore(open_database(tmp_path / "local.db"), now=clock)
-    else:
-        catalog = InMemoryCatalog()
-        store = InMemoryProfileStore(catalog.get_project, now=clock)
-    catalog.add_project(Project("alpha", (), "2026-01-01T00:00:00.000Z"))
-    yield World(catalog, store)
-    catalog.close()
+    yield from store_world(
+        request.param,
+        tmp_path,
+        lambda connection: SqliteProfileStore(connection, now=clock),
+        lambda get_project: InMemoryProfileStore(get_project, now=clock),
+        ("alpha",),
+    )
 
 
 def tuning(tune_id: str, created_at: str, project_id: str = "alpha") -> TuneResult:
