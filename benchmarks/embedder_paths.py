@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import CISI, CRANFIELD, measured, percentile, write_result
+from benchmarks.interleaved import interleaved_rates
 from memory_core.adapters.models.inference import CHOICES
 
 NAME = "embedder_paths"
@@ -158,13 +159,7 @@ def _throughput(paths: dict[str, tuple[str, str]], torch_class: Any, onnx_class:
         else:
             embedders[path] = onnx_class(inference=inference, cache_dir=scratch, query_cache_size=0)
         embedders[path].embed_documents(texts[:8])  # load, and the first batch's one-off costs
-    rates: dict[str, list[float]] = {p: [] for p in paths}
-    for round_ in range(THROUGHPUT_ROUNDS):
-        chunk = texts[8 + round_ * THROUGHPUT_DOCS : 8 + (round_ + 1) * THROUGHPUT_DOCS]
-        for path, embedder in embedders.items():
-            t0 = time.perf_counter()
-            embedder.embed_documents(chunk)
-            rates[path].append(len(chunk) / (time.perf_counter() - t0))
+    rates = interleaved_rates(embedders, texts, 8, THROUGHPUT_ROUNDS, THROUGHPUT_DOCS)
     out: dict[str, Any] = {"docs": THROUGHPUT_ROUNDS * THROUGHPUT_DOCS, "rounds": THROUGHPUT_ROUNDS, "paths": {}}
     for path, r in rates.items():
         ratios = [a / b for a, b in zip(r, rates["onnx-fp32"], strict=True)]

@@ -32,6 +32,7 @@ from typing import Any
 import attrs
 
 from benchmarks.common import CRANFIELD, measured, percentile, scratch_dir, write_result
+from benchmarks.interleaved import interleaved_rates
 
 NAME = "models"
 SHAPES = {
@@ -129,13 +130,7 @@ def _run(quick: bool, work: Path) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
 
     print("   indexing", flush=True)
-    rates: dict[str, list[float]] = {name: [] for name in embedders}
-    for r in range(rounds):
-        chunk = docs[4 + r * round_docs : 4 + (r + 1) * round_docs]
-        for name, embedder in embedders.items():
-            t0 = time.perf_counter()
-            embedder.embed_documents(chunk)
-            rates[name].append(len(chunk) / (time.perf_counter() - t0))
+    rates = interleaved_rates(embedders, docs, 4, rounds, round_docs)
 
     print("   queries", flush=True)
     wall: dict[str, list[float]] = {name: [] for name in embedders}
