@@ -26,14 +26,11 @@ from memory_core.ports import Embedder
 
 INFERENCE_ENV = "MEMORY_CORE_INFERENCE"
 DEFAULT_INFERENCE = "onnx-int8"
-# name -> (runtime, the embedder's inference path)
+# name -> (runtime, the embedder's inference path): a name is always "<runtime>-<path>".
 CHOICES = {
-    "onnx-int8": ("onnx", "int8"),
-    "onnx-fp32": ("onnx", "fp32"),
-    "onnx-int8-blockwise": ("onnx", "int8-blockwise"),
-    "torch-fp32": ("torch", "fp32"),
-    "torch-int8": ("torch", "int8"),
-    "torch-bf16": ("torch", "bf16"),
+    f"{runtime}-{path}": (runtime, path)
+    for runtime, paths in (("onnx", ("int8", "fp32", "int8-blockwise")), ("torch", ("fp32", "int8", "bf16")))
+    for path in paths
 }
 
 
