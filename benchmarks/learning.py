@@ -17,7 +17,9 @@ nothing, but the learner's settings were chosen once on these same folds, so the
 optimistic. Here every held-out fold's model has its settings chosen by an inner
 cross-validation over the training folds alone (``CONFIGS``, 3 inner folds by the same unit:
 case, or conversation on locomo-dev), is trained on all training folds with them and graded on
-the held-out fold only. The same held-out cases are graded, resource level with the engine's
+the held-out fold only. The default fusion itself is one of the choices: where the inner folds
+say no learner beats it, the held-out fold keeps the default ranking (a guard that reads the
+training folds only). The same held-out cases are graded, resource level with the engine's
 own metric and judgments, for the default (the project's fusion on the recorded window) and for
 the two afternoon peers of ``benchmarks/dev_collections.py`` (FTS5 BM25 + MiniLM over whole
 documents, RRF k 60 or convex min-max 0.5; their lists read from that benchmark's recordings,
@@ -99,12 +101,20 @@ def _rerank_ms(engine: Any, name: str, digest: str) -> dict[str, float]:
             "p95": round(percentile_nearest_rank(times, 95) or 0.0, 3)}  # fmt: skip
 
 
-# The learner settings an inner cross-validation chooses among: the shipped one, the deeper
-# unboosted one it was compared with, and a longer shipped one.
-CONFIGS: tuple[dict[str, Any], ...] = (
+# What an inner cross-validation chooses among: the default fusion itself (None: no model, so a
+# collection whose training folds say no learner beats it keeps its ranking), the shipped learner,
+# the deeper unboosted one it was compared with, a longer shipped one, a heavily regularised one
+# for small collections (3 leaves, 100 rows a leaf, 50 rounds), and two with more capacity that
+# sample half the features for each tree. Fixed before the graded folds were looked at; only the
+# inner folds choose.
+CONFIGS: tuple[dict[str, Any] | None, ...] = (
+    None,
     {},
     {"leaves": 15, "min_data_in_leaf": 20, "base_weight": 0.0},
     {"rounds": 200},
+    {"rounds": 50, "leaves": 3, "min_data_in_leaf": 100},
+    {"rounds": 300, "leaves": 31, "min_data_in_leaf": 20, "feature_fraction": 0.5},
+    {"rounds": 200, "feature_fraction": 0.5},
 )
 OUTER_FOLDS, INNER_FOLDS = 5, 3
 
@@ -135,17 +145,15 @@ def _ndcg(order: list[Any], judgments: Any) -> float:
 
 def _cv_scores(cases: list[Any], folds: list[list[int]], fit_load: Any) -> list[float]:
     """Each case's nDCG@10 under the model trained on the other folds."""
-    from memory_core.evaluation.learning import ranking_data, reordered, window_features
-    from memory_core.evaluation.metrics import MetricLevel
+    from memory_core.evaluation.learning import reordered
 
     out = [0.0] * len(cases)
     for fold in folds:
         held = set(fold)
-        scorer = fit_load(ranking_data([c for i, c in enumerate(cases) if i not in held], MetricLevel.RESOURCE))
+        scorer = fit_load(_training([c for i, c in enumerate(cases) if i not in held]))
         for i in fold:
             c = cases[i]
-            scores = scorer([tuple(r) for r in window_features(c.query, c.window)])
-            out[i] = _ndcg(reordered(c, scores), c.judgments)
+            out[i] = _ndcg(reordered(c, scorer(_rows(c))), c.judgments)
     return out
 
 
@@ -171,27 +179,37 @@ def nested(engine: Any, name: str) -> dict[str, Any]:
     prefix = f"beir-{name}-"
     cases = [t for t in cases if t[0].case_id.removeprefix(prefix) in peers]
     learning = [lc for _, _, lc in cases]
+    default = [_ndcg(reordered(c, current.rerank(c.query, list(c.window))), c.judgments) for c in learning]
 
     def fit_load(config: dict[str, Any]) -> Any:
         ranker = LightGBMRanker(**config)
         return lambda data: ranker.load(ranker.fit(data).model)
+
+    def inner_mean(config: dict[str, Any] | None, train: list[int], inner: list[list[int]]) -> float:
+        if config is None:  # the default needs no training: its grades on the same cases
+            return sum(default[i] for i in train) / len(train)
+        return sum(_cv_scores([learning[i] for i in train], inner, fit_load(config))) / len(train)
 
     learned = [0.0] * len(learning)
     chosen = []
     outer = fold_groups([c.group for c in learning], OUTER_FOLDS)
     for k, fold in enumerate(outer):
         held = set(fold)
-        train = [c for i, c in enumerate(learning) if i not in held]
-        inner = fold_groups([c.group for c in train], INNER_FOLDS)
-        inner_means = [sum(_cv_scores(train, inner, fit_load(cfg))) / len(train) for cfg in CONFIGS]
-        best = max(range(len(CONFIGS)), key=lambda j: (inner_means[j], -j))
+        train = [i for i in range(len(learning)) if i not in held]
+        inner = fold_groups([learning[i].group for i in train], INNER_FOLDS)
+        inner_means = [inner_mean(cfg, train, inner) for cfg in CONFIGS]
+        best = max(range(len(CONFIGS)), key=lambda j: (inner_means[j], -j))  # a tie keeps the earlier
         chosen.append({"fold": k, "config": CONFIGS[best], "inner_ndcg": [round(m, 4) for m in inner_means]})
         print(f"   {name} outer fold {k}: inner nDCG@10 {inner_means} -> config {best}", flush=True)
-        scorer = fit_load(CONFIGS[best])(_training(train))
+        config = CONFIGS[best]
+        if config is None:
+            for i in fold:
+                learned[i] = default[i]
+            continue
+        scorer = fit_load(config)(_training([learning[i] for i in train]))
         for i in fold:
             c = learning[i]
             learned[i] = _ndcg(reordered(c, scorer(_rows(c))), c.judgments)
-    default = [_ndcg(reordered(c, current.rerank(c.query, list(c.window))), c.judgments) for c in learning]
     rows: dict[str, list[float]] = {"default": default, "learned (nested)": learned}
     for which, label in (("peer_rrf", "peer RRF"), ("peer_convex", "peer convex")):
         values = []
@@ -289,11 +307,14 @@ def _ci(c: dict[str, float]) -> str:
     return f"{c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]{mark}"
 
 
-def _config(config: dict[str, Any]) -> str:
+def _config(config: dict[str, Any] | None) -> str:
     from memory_core.adapters.learning.lightgbm_ranker import LightGBMRanker
 
+    if config is None:
+        return "the default fusion, no model"
     r = LightGBMRanker(**config)
-    return f"{r.leaves} leaves, {r.min_data_in_leaf} rows a leaf, {r.rounds} rounds, base {r.base_weight:g}"
+    sampled = f", {r.feature_fraction:g} of the features a tree" if r.feature_fraction < 1 else ""
+    return f"{r.leaves} leaves, {r.min_data_in_leaf} rows a leaf, {r.rounds} rounds, base {r.base_weight:g}{sampled}"
 
 
 def render(result: dict[str, Any]) -> str:
@@ -323,8 +344,9 @@ def render(result: dict[str, Any]) -> str:
     if nested_rows:
         lines += ["", "**Learned against the default and both peers, with nested cross-validation** (`nested`): "
                       f"{OUTER_FOLDS} outer folds (by conversation on locomo-dev); in each, the learner's settings are "
-                      f"chosen among {len(CONFIGS)} by a {INNER_FOLDS}-fold cross-validation on the training folds "
-                      "alone, the model is trained on them and graded on the held-out fold. The default (the "
+                      f"chosen among {len(CONFIGS)} (0: no model, the default ranking kept) by a {INNER_FOLDS}-fold "
+                      "cross-validation on the training folds alone, the model is trained on them and graded on the "
+                      "held-out fold. The default (the "
                       "project's fusion on the recorded window) and the peers (FTS5 BM25 + MiniLM fp32 over whole "
                       "documents, RRF k 60 or convex min-max 0.5; `benchmarks/dev_collections.py`) are graded on "
                       "the same cases with the same resource-level nDCG@10. Paired 95 % bootstrap intervals; `*` "

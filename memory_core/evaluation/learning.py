@@ -38,8 +38,8 @@ from memory_core.domain.evaluation_errors import LearnedModelRefused
 from memory_core.domain.progress import Progress, no_progress
 from memory_core.evaluation.metrics import Judgments, MetricLevel, RankedItem, grade, mrr, ndcg_at, recall_at
 from memory_core.evaluation.report import MIN_CASES_FOR_INTERVAL, CaseInput
-from memory_core.evaluation.statistics import DEFAULT_BOOTSTRAP_RESAMPLES, paired_bootstrap, paired_randomization_p
-from memory_core.evaluation.tuning import DEFAULT_FOLDS, FOLD_SEED, TuneMetrics, check_folds
+from memory_core.evaluation.statistics import DEFAULT_BOOTSTRAP_RESAMPLES
+from memory_core.evaluation.tuning import DEFAULT_FOLDS, FOLD_SEED, PairedGain, TuneMetrics, check_folds
 from memory_core.retrieval.pipeline import Candidate, RerankInput
 from memory_core.runs.records import CandidateRecord
 
@@ -115,9 +115,8 @@ class FeatureInput:
 
     @classmethod
     def of_record(cls, c: CandidateRecord) -> FeatureInput:
-        return cls(c.unit_id, c.resource_id, tuple(c.heading_path), c.token_count, c.start, c.exact_rank,
-                   c.exact_score, c.bm25_rank, c.bm25_score, c.lexical_rank, c.dense_rank, c.dense_similarity,
-                   c.rrf_score, c.resource_hash)  # fmt: skip
+        return cls(c.unit_id, c.resource_id, tuple(c.heading_path), c.token_count, c.start,
+                   resource_hash=c.resource_hash, **stages_of(c))  # fmt: skip
 
     @classmethod
     def of(cls, c: RerankInput) -> FeatureInput:
@@ -127,9 +126,19 @@ class FeatureInput:
         if not isinstance(c, Candidate):
             raise TypeError(f"a learned ranker reads pipeline candidates, got {type(c).__name__}")
         u = c.unit
-        return cls(u.unit_id, u.resource_id, u.heading_path, u.token_count, u.start, c.exact_rank, c.exact_score,
-                   c.bm25_rank, c.bm25_score, c.lexical_rank, c.dense_rank, c.dense_similarity, c.rrf_score,
-                   u.resource_hash)  # fmt: skip
+        return cls(u.unit_id, u.resource_id, u.heading_path, u.token_count, u.start, resource_hash=u.resource_hash,
+                   **stages_of(c))  # fmt: skip
+
+
+# The stage ranks and scores a FeatureInput keeps, named alike on a pipeline ``Candidate`` and a
+# trace's ``CandidateRecord``: read once here rather than listed at each place that copies them.
+STAGES = ("exact_rank", "exact_score", "bm25_rank", "bm25_score", "lexical_rank", "dense_rank", "dense_similarity",
+          "rrf_score")  # fmt: skip
+
+
+def stages_of(c: object) -> dict[str, Any]:
+    """``STAGES`` of a candidate, a record or a FeatureInput, by name."""
+    return {name: getattr(c, name) for name in STAGES}
 
 
 def query_terms(text: str) -> frozenset[str]:
@@ -515,30 +524,25 @@ def learn(
             case = judged[i]
             scores = scorer(window_features(case.query, case.window))
             held_out[i] = _graded(reordered(case, scores), case.judgments, level)
-    learned_ndcg, now_ndcg = [v[0] for v in held_out], [v[0] for v in now]
-    interval = paired_bootstrap(learned_ndcg, now_ndcg, resamples)
-    p_value = paired_randomization_p(learned_ndcg, now_ndcg, resamples)
+    gain = PairedGain.of([v[0] for v in held_out], [v[0] for v in now], resamples)
     progress("training", folds, folds + 1)
     final = fit(ranking_data(judged, level))
     progress("training", folds + 1, folds + 1)
     model = LearnedModel(trainer=trainer, model=final.model, level=level.value)
-    proposed = interval.low > 0
-    said = (f"cross-validated nDCG@10 {interval.mean_diff:+.4f} over the current ranking, 95% interval "
-            f"[{interval.low:+.4f}, {interval.high:+.4f}], p = {p_value:.3f}")  # fmt: skip
+    proposed = gain.gain_low > 0
+    said = (f"cross-validated nDCG@10 {gain.gain:+.4f} over the current ranking, 95% interval {gain.interval}, "
+            f"p = {gain.p_value:.3f}")  # fmt: skip
     verdict = f"proposed: {said}" if proposed else f"no proposal: the interval does not lie above 0 ({said})"
     ranked = sorted(final.importances, key=lambda f: (-f.share, f.feature))[:TOP_IMPORTANCES]
     result = LearnResult(
         model_digest=model.digest,
         current_metrics=_means(now),
         cross_validated=_means(held_out),
-        gain=interval.mean_diff,
-        gain_low=interval.low,
-        gain_high=interval.high,
-        p_value=p_value,
         proposed=proposed,
         verdict=verdict,
         importances=tuple(ranked),
         seconds=round(clock() - t0, 3),
+        **gain.fields(),
         **base,
     )
     return result, model

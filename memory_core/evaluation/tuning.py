@@ -108,6 +108,30 @@ class TuneResult:
     seconds: float = 0.0
 
 
+@attrs.frozen
+class PairedGain:
+    """Held-out nDCG@10 against the current ranking's on the same cases, as both a tuning and a
+    learning report it: the mean difference, its paired 95 % bootstrap interval, the sign-flip p."""
+
+    gain: float
+    gain_low: float
+    gain_high: float
+    p_value: float
+
+    @classmethod
+    def of(cls, held_out: Sequence[float], now: Sequence[float], resamples: int) -> PairedGain:
+        interval = paired_bootstrap(held_out, now, resamples)
+        return cls(interval.mean_diff, interval.low, interval.high, paired_randomization_p(held_out, now, resamples))
+
+    @property
+    def interval(self) -> str:
+        return f"[{self.gain_low:+.4f}, {self.gain_high:+.4f}]"
+
+    def fields(self) -> dict[str, Any]:
+        """The result's keyword arguments (``TuneResult`` and ``LearnResult`` name them alike)."""
+        return attrs.asdict(self)
+
+
 # -- the grid ---------------------------------------------------------------------------------
 def check_work(settings: int, cases: int) -> None:
     """``InvalidRequest`` when grading ``settings`` on ``cases`` is more than ``MAX_TUNE_WORK``."""
@@ -407,24 +431,23 @@ def tune(
             chosen[c] = best
     held_out = [matrix[c][chosen[c]] for c in range(len(judged))]
     now = [matrix[c][0] for c in range(len(judged))]
-    interval = paired_bootstrap(held_out, now, resamples)
-    p_value = paired_randomization_p(held_out, now, resamples)
+    gain = PairedGain.of(held_out, now, resamples)
     best_all = _best(matrix, list(range(len(judged))))
     judged_cases = [cases[i] for i in judged]
     current_metrics = _metrics(judged_cases, [settings[0]] * len(judged), level)
     cross_validated = _metrics(judged_cases, [settings[c] for c in chosen], level)
-    proposed = interval.low > 0 and best_all != 0
+    proposed = gain.gain_low > 0 and best_all != 0
     if best_all == 0:
         verdict = "the current setting is already the best of the grid on these cases: nothing to propose"
     elif proposed:
         verdict = (
-            f"proposed: cross-validated nDCG@10 {interval.mean_diff:+.4f} over the current setting, "
-            f"95% interval [{interval.low:+.4f}, {interval.high:+.4f}], p = {p_value:.3f}"
+            f"proposed: cross-validated nDCG@10 {gain.gain:+.4f} over the current setting, "
+            f"95% interval {gain.interval}, p = {gain.p_value:.3f}"
         )
     else:
         verdict = (
-            f"no proposal: the cross-validated gain {interval.mean_diff:+.4f} has a 95% interval "
-            f"[{interval.low:+.4f}, {interval.high:+.4f}] that does not lie above 0 (p = {p_value:.3f})"
+            f"no proposal: the cross-validated gain {gain.gain:+.4f} has a 95% interval "
+            f"{gain.interval} that does not lie above 0 (p = {gain.p_value:.3f})"
         )
     best_setting = dict(settings[best_all])
     return TuneResult(
@@ -433,15 +456,12 @@ def tune(
         current_metrics=current_metrics,
         best=best_setting,
         cross_validated=cross_validated,
-        gain=interval.mean_diff,
-        gain_low=interval.low,
-        gain_high=interval.high,
-        p_value=p_value,
         proposed=proposed,
         proposal=best_setting if proposed else None,
         verdict=verdict,
         estimated_similarities=estimated,
         seconds=round(clock() - t0, 3),
+        **gain.fields(),
         **base,
     )
 

@@ -75,3 +75,14 @@ def test_bounds_on_rounds_and_leaves() -> None:
         LightGBMRanker(rounds=10_000)
     with pytest.raises(ValueError, match="leaves"):
         LightGBMRanker(leaves=1)
+    for fraction in (0.0, 1.5):
+        with pytest.raises(ValueError, match="feature_fraction"):
+            LightGBMRanker(feature_fraction=fraction)
+
+
+def test_sampling_features_stays_deterministic_and_is_named_only_when_used() -> None:
+    sampled = LightGBMRanker(rounds=30, base_weight=0.0, feature_fraction=0.5)
+    first, second = sampled.fit(synthetic(80, seed=1)), sampled.fit(synthetic(80, seed=1))
+    assert first.model == second.model
+    assert first.model != LightGBMRanker(rounds=30, base_weight=0.0).fit(synthetic(80, seed=1)).model
+    assert "features=0.5" in sampled.revision and "features=" not in LightGBMRanker().revision

@@ -29,6 +29,7 @@ from memory_core.evaluation.learning import (
     read_model,
     reordered,
     squashed,
+    stages_of,
     window_features,
 )
 from memory_core.evaluation.metrics import Judgments
@@ -297,17 +298,7 @@ def _candidate(c: FeatureInput) -> Candidate:
         unit_hash="h",
         resource_hash=c.resource_hash,
     )
-    return Candidate(
-        unit,
-        exact_rank=c.exact_rank,
-        exact_score=c.exact_score,
-        bm25_rank=c.bm25_rank,
-        bm25_score=c.bm25_score,
-        lexical_rank=c.lexical_rank,
-        dense_rank=c.dense_rank,
-        dense_similarity=c.dense_similarity,
-        rrf_score=c.rrf_score,
-    )
+    return Candidate(unit, **stages_of(c))
 
 
 def _same(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> bool:
