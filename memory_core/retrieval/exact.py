@@ -5,8 +5,8 @@ name, identifiers in the path, title or headings (``ADR-0042``, ``snake_case``, 
 ``deploy/values.yaml``), and multi-word title and heading slugs. Keys must be specific enough
 never to fire on ordinary words or bare numbers, so a bare file stem such as ``5`` or
 ``rollback`` is not a key, identifiers need an upper-case prefix (``ADR-``) or an inner
-separator, and slugs need several words and one resource (a title or heading that several
-resources share identifies none of them).
+separator, and slugs and title or heading identifiers need one resource (a title, heading or
+identifier that several resources share identifies none of them).
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ _QUERY_TOKEN = re.compile(r"[^\s`'\"()\[\]{}<>,;!?]+")
 MIN_SLUG_WORDS = 3
 MAX_SLUG_WORDS = 12
 
-REVISION = "exact-identity-v2"  # v2: a slug several resources share is no key
+REVISION = "exact-identity-v3"  # v2: a slug several resources share is no key; v3: nor is an identifier
+# The kinds of key that several resources sharing is no key of any of them (a path or file name is one
+# resource's alone by construction).
+_SHARED_IS_NO_KEY = (IDENTIFIER, SLUG)
 
 
 def slug_words(text: str) -> list[str]:
@@ -67,7 +70,7 @@ class ExactIndex:
         self._order = {u.unit_id: i for i, u in enumerate(units)}
         self._keys: dict[str, list[tuple[str, int]]] = defaultdict(list)
         by_resource: dict[str, list[Unit]] = defaultdict(list)
-        slug_resources: dict[str, set[str]] = defaultdict(set)
+        carriers: dict[str, set[str]] = defaultdict(set)  # resources holding a key as a slug or identifier
         for unit in units:
             by_resource[unit.resource_id].append(unit)
         for resource_id, resource_units in by_resource.items():
@@ -94,14 +97,16 @@ class ExactIndex:
                         unit_keys.setdefault("-".join(words), SLUG)
                 for key, weight in unit_keys.items():
                     self._keys[key].append((unit.unit_id, weight))
-                    if weight == SLUG:
-                        slug_resources[key].add(resource_id)
+                    if weight in _SHARED_IS_NO_KEY:
+                        carriers[key].add(resource_id)
         # A title or heading that several resources share ("Information Retrieval Systems",
         # "How to run the tests") names none of them: its slug is no key there. On CISI such
-        # slugs put 29 units first for 8 queries, 1 of them relevant (docs/ranking.md).
-        for key, resources in slug_resources.items():
+        # slugs put 29 units first for 8 queries, 1 of them relevant. The same holds for an
+        # identifier in several titles or paths: SciFact's "PD-1", "HIV-1" or "IL-6" put about 10
+        # units first for 75 of 809 claims, most of them not relevant (docs/ranking.md).
+        for key, resources in carriers.items():
             if len(resources) > 1:
-                kept = [(unit_id, weight) for unit_id, weight in self._keys[key] if weight != SLUG]
+                kept = [(unit_id, weight) for unit_id, weight in self._keys[key] if weight not in _SHARED_IS_NO_KEY]
                 if kept:
                     self._keys[key] = kept
                 else:

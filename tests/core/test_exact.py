@@ -84,3 +84,27 @@ def test_a_title_or_heading_several_resources_share_is_no_key() -> None:
         [unit("h.md", 0, "Information Retrieval Systems"), unit("h.md", 1, "Information Retrieval Systems", "Scope")]
     )
     assert [m.unit_id for m in single.search("information retrieval systems")] == ["h.md#0", "h.md#1"]
+
+
+def test_an_identifier_several_resources_share_is_no_key() -> None:
+    # exact-identity-v3: SciFact's abstracts share "PD-1" or "HIV-1" in their titles; the identifier
+    # names none of them, while one resource's own identifier and every path key still match.
+    shared = ExactIndex(
+        [
+            unit("a.md", 0, "PD-1 blockade in melanoma"),
+            unit("b.md", 0, "PD-1 expression on T cells"),
+            unit("b.md", 1, "PD-1 expression on T cells", "Methods"),
+            unit("c.md", 0, "CED-10 kills viable cells"),
+            unit("d.md", 0, "Notes", "The posting_engine package"),
+            unit("e.md", 0, "Guide", "The posting_engine package"),
+            unit("src/PD-1.md", 0, "Receptors"),
+        ]
+    )
+
+    def found(query: str) -> list[str]:
+        return [m.unit_id for m in shared.search(query)]
+
+    # The titles' shared identifier is no key; the one file named after it still is (a file-name key).
+    assert found("Responses to PD-1 blockade") == ["src/PD-1.md#0"]
+    assert found("how does posting_engine batch") == []
+    assert found("Activation of CED-10 in mutants") == ["c.md#0"]
