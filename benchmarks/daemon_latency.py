@@ -25,7 +25,10 @@ bootstrap interval that resamples queries with their pairs kept. Queries are als
 (BM25 read as one wrapped ``ScoredDoc`` per hit; the query embedded inline after BM25), the
 variants taking turns query by query.
 
-``MEMCORE_LATENCY_WORK=/some/folder`` keeps the indexed homes between runs.
+``MEMCORE_LATENCY_WORK=/some/folder`` keeps the indexed homes between runs;
+``MEMCORE_LATENCY_COLLECTIONS=cranfield,cisi`` measures only those (no ablation unless Cranfield is
+one; ``MEMCORE_LATENCY_ABLATION=0`` leaves it out): a smaller run to compare a change, whose result
+is written as ``daemon_latency_subset.json``, never over the full run's.
 """
 
 from __future__ import annotations
@@ -335,18 +338,23 @@ def run(quick: bool) -> dict[str, Any]:
         work = Path(kept) if kept else scratch
         work.mkdir(parents=True, exist_ok=True)
         collections = {}
-        for name in COLLECTIONS:
+        chosen = os.environ.get("MEMCORE_LATENCY_COLLECTIONS")
+        names = [n for n in COLLECTIONS if not chosen or n in chosen.split(",")]
+        undone: dict[str, Any] | None = None
+        plain_minilm: MiniLMEmbedder | None = None
+        for name in names:
             print(f"   {name}", flush=True)
-            if name == "cranfield":  # in process, before torch is loaded here
+            if name == "cranfield" and os.environ.get("MEMCORE_LATENCY_ABLATION") != "0":
                 collections[name] = measure_collection(name, work, lambda _: None, quick, index_only=True)
                 print("   ablation (cranfield, in process)", flush=True)
                 with threadpool_limits(limits=1, user_api="blas"):
                     undone = ablation(work, quick)
+            if plain_minilm is None:  # in process, after the ablation: torch is not loaded for it
                 plain_minilm = MiniLMEmbedder(query_cache_size=0)  # torch fp32: what a user would write
                 plain_minilm.load()
             collections[name] = measure_collection(name, work, plain_minilm.embed_query, quick)
         result = {"quick": quick, "collections": collections, "ablation": undone}
-    return write_result(NAME, result)
+    return write_result(NAME if names == list(COLLECTIONS) else f"{NAME}_subset", result)
 
 
 # -- the report -------------------------------------------------------------------------------
