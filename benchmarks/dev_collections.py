@@ -275,6 +275,10 @@ class Graded:
     def peers(self, which: str) -> dict[str, list[float]]:
         return self.per_query({q: p[which] for q, p in self.peer.items()})
 
+    def single(self, lists: Mapping[str, Sequence[str]]) -> dict[str, list[float]]:
+        """One ranked list of documents per query, alone (the lexical lists compared side by side)."""
+        return self.per_query({q: lists.get(q, []) for q in self.qids})
+
 
 def mean(per_query: Mapping[str, Sequence[float]], measure: int = 0) -> float:
     return sum(v[measure] for v in per_query.values()) / len(per_query)
@@ -303,10 +307,12 @@ def run(quick: bool = False) -> dict[str, Any]:
     with scratch_dir(NAME) as tmp:
         work = Path(given) if given else tmp
         work.mkdir(parents=True, exist_ok=True)
-        graded = {}
+        graded, lexical_lists, recorded_peer = {}, {}, {}
         for n in names:
             recorded = record(n, work)
-            graded[n] = Graded(recorded, resource_lexical(n, work, recorded))
+            lexical_lists[n] = resource_lexical(n, work, recorded)
+            recorded_peer[n] = recorded["peer"]
+            graded[n] = Graded(recorded, lexical_lists[n])
     default = fusion_from_settings({})  # the shipped default: DEFAULT_FUSION at its defaults
     variants: dict[str, dict[str, dict[str, list[float]]]] = {}
     for n, g in graded.items():
@@ -321,6 +327,14 @@ def run(quick: bool = False) -> dict[str, Any]:
             )
         rows["peer RRF"] = g.peers("peer_rrf")
         rows["peer convex"] = g.peers("peer_convex")
+        # Where the lexical gap lies: the same analysis over whole resources, and the peer's own list.
+        whole = lexical_lists[n]
+        rows["lexical alone: Lucene, whole resources"] = g.single(
+            {q: sorted(whole.get(q, {}), key=lambda d: -whole[q][d])[:DEPTH] for q in g.qids}
+        )
+        rows["lexical alone: peer FTS5, whole documents"] = g.single(
+            {q: [d for d, _ in p["bm25"]] for q, p in recorded_peer[n].items()}
+        )
         variants[n] = rows
     # Leave one collection out: the grid's best worst-case gain over B4 on the others, graded on it.
     settings = grid()
