@@ -298,6 +298,7 @@ def compare(a: Mapping[str, Sequence[float]], b: Mapping[str, Sequence[float]]) 
 
 
 def run(quick: bool = False) -> dict[str, Any]:
+    from memory_core.retrieval.exact import REVISION as EXACT_REVISION
     from memory_core.retrieval.fusion import DEFAULT_FUSION, FUSIONS, fusion_from_settings
     from memory_core.retrieval.profile import RankingProfile
 
@@ -356,7 +357,12 @@ def run(quick: bool = False) -> dict[str, Any]:
     result: dict[str, Any] = {
         "quick": quick,
         "collections": {},
-        "default": {"fusion": DEFAULT_FUSION, "revision": default.revision, "rerank_depth": shipped_depth},
+        "default": {
+            "fusion": DEFAULT_FUSION,
+            "revision": default.revision,
+            "rerank_depth": shipped_depth,
+            "exact": EXACT_REVISION,
+        },  # fmt: skip
         "grid_size": len(settings),
         "held_out": held_out,
         "best_worst_case": {
@@ -396,7 +402,8 @@ def render(result: dict[str, Any]) -> str:
         "Peers: FTS5 BM25 + MiniLM fp32 over whole documents, RRF k 60 or convex min-max weight 0.5. "
         "Document level, trec_eval conventions; in brackets the paired bootstrap 95 % interval of the "
         "difference with B4 (the shipped default: "
-        f"`{result['default']['revision']}`, window {result['default']['rerank_depth']}); "
+        f"`{result['default']['revision']}`, window {result['default']['rerank_depth']}; exact identity stage "
+        f"`{result['default'].get('exact', 'exact-identity-v2')}`); "
         "`*` marks an interval that excludes 0, every other difference is not significant.",
         "",
     ]
