@@ -270,9 +270,10 @@ def _render_alone(result: dict[str, Any]) -> str:
 The import alone (issue 31): the daemon hands its job the request's body undecoded, and the job's
 process decodes and checks it. Each import here is its request's bytes, encoded beforehand, as a
 client in a process of its own sends it (earlier runs parsed and re-encoded the fixture in the very
-process timing activations, whose GIL then stalled them: part of their maximum). The daemon's own CPU for one import: {alone["daemon_cpu_s"]:.2f} s
-(the import took {alone["import_s"]:.1f} s). Its part of that work, timed here on this fixture: decoding and
-converting the request and pickling the document to the job (as before) {work["decoded"]:,.0f} ms of CPU,
-pickling the body's bytes (now) {work["undecoded"]:,.0f} ms. Activations beside an import alone: {beside["n"]},
-p50 {beside["p50"]:.1f} ms, p95 {beside["p95"]:.1f} ms, max {beside["max"]:.1f} ms.
+process timing activations, whose GIL then stalled them: part of their maximum). The daemon's
+own CPU for one import: {alone["daemon_cpu_s"]:.2f} s (the import took {alone["import_s"]:.1f} s).
+Its part of that work, timed here on this fixture: decoding and converting the request and
+pickling the document to the job (as before) {work["decoded"]:,.0f} ms of CPU, pickling the
+body's bytes (now) {work["undecoded"]:,.0f} ms. Activations beside an import alone:
+{beside["n"]}, p50 {beside["p50"]:.1f} ms, p95 {beside["p95"]:.1f} ms, max {beside["max"]:.1f} ms.
 """
