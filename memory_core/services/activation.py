@@ -301,6 +301,29 @@ def revisions(generation: Generation | None, reranker: Reranker, profile: Rankin
     return revs
 
 
+# A storage move runs in another process (a daemon job) and deletes the old folder once the
+# catalog points at the new one; a reader that took the old pointer just before may find it gone.
+_MOVED_RETRIES = 3
+
+
+def _serve_current(parts: ActivationParts, served: OpenGenerations, project_id: str) -> tuple[OpenGeneration, bool]:
+    """The project's current generation, open, and whether it was warm. A generation that fails to
+    open while the catalog has meanwhile switched to another place (a move) is read again: a move
+    never fails an activation. A failure with the pointer unchanged is the generation's own."""
+    current = parts.catalog.current_generation(project_id)
+    for _ in range(_MOVED_RETRIES):
+        try:
+            return served.serve(project_id, current, parts.generations, parts.manifests, parts.lexical, parts.vectors)
+        except Exception:
+            again = parts.catalog.current_generation(project_id)
+            if current is None or again is None or again.directory == current.directory:
+                raise
+            log.info("project %s: its generation moved to %s while it was opened; reading it there",
+                     project_id, again.directory)  # fmt: skip
+            current = again
+    return served.serve(project_id, current, parts.generations, parts.manifests, parts.lexical, parts.vectors)
+
+
 def activate(
     parts: ActivationParts,
     served: OpenGenerations,
@@ -327,10 +350,7 @@ def activate(
     warm = False
     try:
         clock.begin("load")
-        current = parts.catalog.current_generation(project_id)
-        opened, warm = served.serve(
-            project_id, current, parts.generations, parts.manifests, parts.lexical, parts.vectors
-        )
+        opened, warm = _serve_current(parts, served, project_id)
         clock.end()
         candidates, totals = _rank(parts, ranking, opened, query, token_budget, held, clock)
     except Exception as exc:

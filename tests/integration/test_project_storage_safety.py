@@ -30,7 +30,13 @@ import pytest
 from memory_core.adapters.files import generation_store
 from memory_core.adapters.search import usearch_index
 from memory_core.adapters.system.home import HomeLayout
-from memory_core.domain.errors import InvalidRequest, InvalidStorageLocation, StorageUnavailable
+from memory_core.domain.errors import (
+    GenerationCorrupted,
+    InvalidRequest,
+    InvalidStorageLocation,
+    RetrievalFailed,
+    StorageUnavailable,
+)
 from memory_core.domain.model import Source
 from memory_core.services.engine import Engine
 from tests.reliability.full_disk import INJECTED, FullDisk
@@ -344,3 +350,49 @@ def test_a_move_while_the_project_indexes_is_refused(
     assert indexed["result"].status == "built"
     assert engine.move_project_storage(PROJECT, tmp_path / "store").generations
     assert serving(engine)
+
+
+def test_a_move_between_reading_the_pointer_and_opening_it_never_fails_an_activation(
+    home: tuple[Path, Engine], other: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in the jobs benchmark: a daemon job moved the storage (another process) after an
+    activation had read the old pointer and before it opened the generation, whose folder the
+    move then deleted: ``generation_corrupted`` (``lost lexical/_0.fdx``) reached the agent."""
+    _, engine = home
+    old = other.catalog.current_generation(PROJECT)
+    assert old is not None
+    verify = other.generations.verify
+    opened: list[Path] = []
+
+    def moved_meanwhile(directory: Path) -> None:
+        if not opened:  # the first open: the move lands between the pointer's read and this
+            engine.move_project_storage(PROJECT, tmp_path / "moved")
+        opened.append(Path(directory))
+        verify(directory)
+
+    monkeypatch.setattr(other.generations, "verify", moved_meanwhile)
+    activation = other.activate(PROJECT, QUERIES[0])  # `other` has nothing open yet: a cold open
+    assert activation.response.fragments
+    assert opened[0] == Path(old.directory) and not opened[0].exists()
+    assert opened[-1].is_relative_to((tmp_path / "moved").resolve()), opened
+    detail = other.get_run(activation.response.run_id)
+    assert detail.summary.status == "succeeded" and detail.summary.index_revision == old.index_revision
+
+
+def test_a_generation_that_fails_to_open_where_the_pointer_stays_is_still_reported(
+    home: tuple[Path, Engine], other: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The retry above is for a pointer that moved: a generation damaged in place is not retried."""
+    current = other.catalog.current_generation(PROJECT)
+    assert current is not None
+    calls: list[Path] = []
+
+    def damaged(directory: Path) -> None:
+        calls.append(Path(directory))
+        raise GenerationCorrupted(f"generation {str(directory)!r} lost lexical/_0.fdx", directory=str(directory))
+
+    monkeypatch.setattr(other.generations, "verify", damaged)
+    with pytest.raises(RetrievalFailed) as failed:
+        other.activate(PROJECT, QUERIES[0])
+    assert failed.value.details["error_code"] == "generation_corrupted", failed.value.details
+    assert calls == [Path(current.directory)]
