@@ -14,7 +14,14 @@ from typing import Any
 import attrs
 
 from memory_core.domain.evaluation_errors import LearnedModelRefused
-from memory_core.evaluation.learning import FEATURE_NAMES, FittedModel, RankingData, Scorer, importances_of
+from memory_core.evaluation.learning import (
+    FEATURE_NAMES,
+    FittedModel,
+    LearnerSetting,
+    RankingData,
+    Scorer,
+    importances_of,
+)
 
 MAX_ROUNDS = 300
 MAX_LEAVES = 63
@@ -44,6 +51,10 @@ class LightGBMRanker:
             raise ValueError(f"rounds must be 1-{MAX_ROUNDS} and leaves 2-{MAX_LEAVES}")
         if not 0.0 < self.feature_fraction <= 1.0:
             raise ValueError("feature_fraction must be in (0, 1]")
+
+    def with_setting(self, setting: LearnerSetting) -> LightGBMRanker:
+        """This ranker with a grid setting's fields (the learning rate kept)."""
+        return attrs.evolve(self, **attrs.asdict(setting))
 
     @property
     def revision(self) -> str:

@@ -152,8 +152,8 @@ def tune(engine: Operations, args: argparse.Namespace) -> int:
 
 def add_learn_parser(ev: Any) -> None:
     """``eval learn`` under ``memcore eval``."""
-    p = ev.add_parser("learn", help="learn a ranker from the project's judged cases (LightGBM lambdarank, "
-                                    "cross-validated)")  # fmt: skip
+    p = ev.add_parser("learn", help="learn a ranker from the project's judged cases (LightGBM lambdarank, its "
+                                    "setting chosen by nested cross-validation)")  # fmt: skip
     p.add_argument("project", help="the project's id")
     p.add_argument("--folds", type=int, default=DEFAULT_FOLDS, help=f"cross-validation folds (default {DEFAULT_FOLDS})")
     p.add_argument("--level", choices=("unit", "resource"), default="resource", help="grading level (default resource)")
@@ -170,6 +170,12 @@ def _learn_lines(result: LearnResult, home: str | None) -> list[str]:
     if result.current_metrics is not None and result.cross_validated is not None:
         now, cv = result.current_metrics, result.cross_validated
         lines += [_metrics_line("current         ", now), _metrics_line("learned (held out)", cv)]
+    if result.fold_settings:
+        lines.append(f"setting chosen per outer fold (a {result.inner_folds}-fold cross-validation on its training "
+                     f"folds, among {len(result.settings)}): "
+                     + "; ".join(f"{i} {s}" for i, s in enumerate(result.fold_settings, start=1)))  # fmt: skip
+    if result.chosen_setting is not None:
+        lines.append(f"final setting (cross-validation over all cases): {result.chosen_setting}")
     lines.append(result.verdict)
     if result.importances:
         lines.append("most important features (share of split gain): "

@@ -12,11 +12,16 @@ The learner itself (LightGBM's lambdarank) is an adapter behind ``memory_core.po
 this module only calls the two functions it is given: ``fit`` (grouped ranking data -> model
 text and feature importances) and ``load`` (model text -> a scorer of feature rows).
 
-The guard mirrors ``tuning.tune``: k-fold cross-validation by case (or by a group of cases, a
-conversation say, so no fold learns from its own group). Each fold's model is trained on the
-other folds and graded on its held-out cases; those nDCG@10 values are paired with the current
-ranking's on the same cases by a bootstrap interval and a sign-flip p. The model trained on all
-cases is proposed only when the interval's lower bound is above 0.
+The guard is nested cross-validation by case (or by a group of cases, a conversation say, so no
+fold learns from its own group). The learner's setting is chosen among ``SETTINGS``, a small fixed
+grid whose first entry is no model at all (``KEEP_CURRENT``: the project's ranking kept). For each
+of the k outer folds the setting is chosen by an inner cross-validation on the other folds alone
+(``choose_setting``), a model of it trained on those folds and graded on the held-out cases (a
+fold whose inner folds choose ``KEEP_CURRENT`` is graded with the current ranking); those nDCG@10
+values are paired with the current ranking's on the same cases by a bootstrap interval and a
+sign-flip p. The final setting is chosen by the same cross-validation over all cases and its
+model trained on all of them; it is proposed only when that choice is a model and the interval's
+lower bound is above 0. ``benchmarks/learning.py`` grades with this same selection.
 """
 
 from __future__ import annotations
@@ -50,6 +55,10 @@ MODEL_FORMAT = "memory-core-learned-ranker"
 # Bounds on one training (the adapter bounds rounds and leaves): rows are (case, window unit)
 # pairs; 200,000 rows of ~30 features are ~50 MB as floats and a few seconds of one core.
 MAX_TRAINING_ROWS = 200_000
+# Bound on a whole learning: every planned fit's rows times its rounds (``training_work``); two
+# billion row-rounds are about ten minutes of one core at the grid's mix of tree sizes.
+MAX_TRAINING_WORK = 2_000_000_000
+INNER_FOLDS = 3
 TOP_IMPORTANCES = 10
 MISSING = math.nan  # a stage that did not rank the unit: the learner treats NaN as missing
 
@@ -423,6 +432,72 @@ def check_rows(cases: Sequence[LearningCase]) -> int:
     return rows
 
 
+# -- the learner's settings -------------------------------------------------------------------
+@attrs.frozen
+class LearnerSetting:
+    """What a trainer is told to fit with; the trainer (an adapter) validates and bounds it."""
+
+    rounds: int = 100
+    leaves: int = 7
+    min_data_in_leaf: int = 50
+    # Boost from the default fusion: every query starts at ``base_weight * fusion_prior`` (0: off).
+    base_weight: float = 10.0
+    feature_fraction: float = 1.0  # share of the features each tree may split on
+
+    @property
+    def label(self) -> str:
+        sampled = f",features={self.feature_fraction:g}" if self.feature_fraction < 1.0 else ""
+        return (f"rounds={self.rounds},leaves={self.leaves},min_leaf={self.min_data_in_leaf},"
+                f"base={self.base_weight:g}{sampled}")  # fmt: skip
+
+
+KEEP_CURRENT_LABEL = "keep the current ranking"
+# The grid the inner cross-validations choose among (fixed before any graded fold was looked at;
+# docs/evaluation.md): ``None`` is no model, the project's ranking kept, so a project whose training
+# folds say no learner beats it keeps it; then the shipped learner, a deeper unboosted one, a longer
+# shipped one, a heavily regularised one for small projects, and two with more capacity that sample
+# half the features for each tree. On a tie the earlier wins, the current ranking first.
+SETTINGS: tuple[LearnerSetting | None, ...] = (
+    None,
+    LearnerSetting(),
+    LearnerSetting(leaves=15, min_data_in_leaf=20, base_weight=0.0),
+    LearnerSetting(rounds=200),
+    LearnerSetting(rounds=50, leaves=3, min_data_in_leaf=100),
+    LearnerSetting(rounds=300, leaves=31, min_data_in_leaf=20, feature_fraction=0.5),
+    LearnerSetting(rounds=200, feature_fraction=0.5),
+)
+
+
+def setting_label(setting: LearnerSetting | None) -> str:
+    return KEEP_CURRENT_LABEL if setting is None else setting.label
+
+
+def training_work(rows: int, settings: Sequence[LearnerSetting | None], folds: int,
+                  inner_folds: int = INNER_FOLDS) -> int:  # fmt: skip
+    """An upper bound on a learning's row-rounds (each fit counted at all ``rows``): every model
+    setting fitted on each outer fold's inner folds and on each fold of the final choice, then the
+    chosen setting on each outer fold and on all cases."""
+    models = [s for s in settings if s is not None]
+    each = sum(s.rounds for s in models) * (folds * inner_folds + folds)
+    chosen = (folds + 1) * max((s.rounds for s in models), default=0)
+    return rows * (each + chosen)
+
+
+def check_work(rows: int, settings: Sequence[LearnerSetting | None], folds: int,
+               inner_folds: int = INNER_FOLDS) -> int:  # fmt: skip
+    """``training_work``; ``InvalidRequest`` above ``MAX_TRAINING_WORK`` (before any training)."""
+    work = training_work(rows, settings, folds, inner_folds)
+    if work > MAX_TRAINING_WORK:
+        raise InvalidRequest(
+            f"{rows:,} window units x {len(settings)} settings x {folds} folds is {work:,} row-rounds of training, "
+            f"more than the {MAX_TRAINING_WORK:,} one learning takes: learn on fewer cases or with fewer folds",
+            rows=rows,
+            work=work,
+            limit=MAX_TRAINING_WORK,
+        )
+    return work
+
+
 def reordered(case: LearningCase, scores: Sequence[float]) -> list[RankedItem]:
     """The final order ``scores`` of the window give (as ``apply_rerank``: the window by score,
     fused order on ties, then the rest in fused order)."""
@@ -435,7 +510,8 @@ def reordered(case: LearningCase, scores: Sequence[float]) -> list[RankedItem]:
 @attrs.frozen
 class LearnResult:
     """A learning and its verdict; ``model_digest`` names the model trained on all cases (None
-    when there were too few cases), kept whether proposed or not, applied only when ``proposed``."""
+    when there were too few cases or the final choice keeps the current ranking), kept whether
+    proposed or not, applied only when ``proposed``."""
 
     learn_id: str
     project_id: str
@@ -460,6 +536,13 @@ class LearnResult:
     proposed: bool = False
     importances: tuple[FeatureImportance, ...] = ()
     seconds: float = 0.0
+    # The nested cross-validation: the grid chosen among (``setting_label``), the setting each outer
+    # fold's inner folds chose, and the one cross-validation over all cases chose for the model
+    # trained on all of them (``KEEP_CURRENT_LABEL``: no model, nothing proposed).
+    settings: tuple[str, ...] = ()
+    inner_folds: int = 0
+    fold_settings: tuple[str, ...] = ()
+    chosen_setting: str | None = None
 
 
 def fold_groups(groups: Sequence[str], k: int) -> list[list[int]]:
@@ -470,78 +553,180 @@ def fold_groups(groups: Sequence[str], k: int) -> list[list[int]]:
     return [[i for i, g in enumerate(groups) if fold_of[g] == f] for f in range(k)]
 
 
-def _graded(order: Sequence[RankedItem], judgments: Judgments, level: MetricLevel) -> tuple[float, float, float]:
+Grades = tuple[float, float, float]  # nDCG@10, Recall@20, MRR
+Fit = Callable[[RankingData, LearnerSetting], FittedModel]
+
+
+def _graded(order: Sequence[RankedItem], judgments: Judgments, level: MetricLevel) -> Grades:
     g = grade(order, judgments, level)
     return ndcg_at(g, 10) or 0.0, recall_at(g, 20) or 0.0, mrr(g) or 0.0
 
 
-def _means(values: Sequence[tuple[float, float, float]]) -> TuneMetrics:
+def _means(values: Sequence[Grades]) -> TuneMetrics:
     return TuneMetrics(*(math.fsum(v[i] for v in values) / len(values) for i in range(3)))
+
+
+@attrs.frozen
+class Trainer:
+    """The trainer ``learn`` fits with: a setting's model on ranking data, a model's scorer."""
+
+    fit: Fit
+    load: Callable[[str], Scorer]
+    level: MetricLevel = MetricLevel.RESOURCE
+    on_fit: Callable[[], None] = lambda: None  # called after every fit (progress)
+
+    def grades(self, cases: Sequence[LearningCase], train: Sequence[int], test: Sequence[int],
+               setting: LearnerSetting) -> list[Grades]:  # fmt: skip
+        """``test``'s grades under ``setting``'s model trained on ``train`` (indices of ``cases``)."""
+        fitted = self.fit(ranking_data([cases[i] for i in train], self.level), setting)
+        self.on_fit()
+        scorer = self.load(fitted.model)
+        return [_graded(reordered(cases[i], scorer(window_features(cases[i].query, cases[i].window))),
+                        cases[i].judgments, self.level) for i in test]  # fmt: skip
+
+
+def choose_setting(cases: Sequence[LearningCase], among: Sequence[int], now: Sequence[Grades],
+                   settings: Sequence[LearnerSetting | None], trainer: Trainer,
+                   folds: int) -> tuple[int, list[float]]:  # fmt: skip
+    """The index in ``settings`` whose ``folds``-fold cross-validation over ``cases[among]`` alone
+    (by group) gives the highest mean nDCG@10, the earlier on a tie, with each setting's mean
+    (``None``: the current ranking, its grades ``now``). Fewer than two groups cannot be
+    cross-validated: the current ranking is kept (the first setting, if the grid has no ``None``)."""
+    fallback = settings.index(None) if None in settings else 0
+    groups = [cases[i].group for i in among]
+    k = min(folds, len(set(groups)))
+    if len(settings) == 1 or k < 2:
+        return (0 if len(settings) == 1 else fallback), []
+    parts = [[among[j] for j in part] for part in fold_groups(groups, k)]
+    means = []
+    for setting in settings:
+        if setting is None:
+            means.append(sum(now[i][0] for i in among) / len(among))
+            continue
+        scores = dict.fromkeys(among, 0.0)
+        for part in parts:
+            held = set(part)
+            train = [i for i in among if i not in held]
+            for i, g in zip(part, trainer.grades(cases, train, part, setting), strict=True):
+                scores[i] = g[0]
+        means.append(sum(scores[i] for i in among) / len(among))
+    return max(range(len(settings)), key=lambda j: (means[j], -j)), means
+
+
+@attrs.frozen
+class NestedCV:
+    """Each case's grades on its outer fold under the setting that fold's inner folds chose."""
+
+    held_out: tuple[Grades, ...]
+    choices: tuple[int, ...]  # per outer fold, an index in the settings
+    inner_means: tuple[tuple[float, ...], ...]  # per outer fold, each setting's inner mean nDCG@10
+
+
+def nested_cv(cases: Sequence[LearningCase], now: Sequence[Grades], settings: Sequence[LearnerSetting | None],
+              trainer: Trainer, *, folds: int = DEFAULT_FOLDS, inner_folds: int = INNER_FOLDS) -> NestedCV:  # fmt: skip
+    """Nested cross-validation: the outer folds as ``learn`` makes them; each held-out fold is
+    graded with the setting chosen by ``choose_setting`` on the training folds only (the held-out
+    cases never reach an inner fit), a model of it trained on all training folds, or the current
+    ranking (``now``) when the inner folds keep it."""
+    held_out: list[Grades] = [(0.0, 0.0, 0.0)] * len(cases)
+    choices, inner = [], []
+    for fold in fold_groups([c.group for c in cases], folds):
+        held = set(fold)
+        train = [i for i in range(len(cases)) if i not in held]
+        best, means = choose_setting(cases, train, now, settings, trainer, inner_folds)
+        choices.append(best)
+        inner.append(tuple(round(m, 6) for m in means))
+        setting = settings[best]
+        grades = [now[i] for i in fold] if setting is None else trainer.grades(cases, train, fold, setting)
+        for i, g in zip(fold, grades, strict=True):
+            held_out[i] = g
+    return NestedCV(tuple(held_out), tuple(choices), tuple(inner))
 
 
 def learn(
     cases: Sequence[LearningCase],
     *,
-    fit: Callable[[RankingData], FittedModel],
+    fit: Fit,
     load: Callable[[str], Scorer],
     current: Callable[[str, Sequence[FeatureInput]], Sequence[float]],
     current_revision: str,
-    trainer: str,
+    trainer: Callable[[LearnerSetting], str],
     learn_id: str,
     project_id: str,
     created_at: str,
     folds: int = DEFAULT_FOLDS,
     level: MetricLevel = MetricLevel.RESOURCE,
+    settings: Sequence[LearnerSetting | None] = SETTINGS,
+    inner_folds: int = INNER_FOLDS,
     resamples: int = DEFAULT_BOOTSTRAP_RESAMPLES,
     clock: Callable[[], float] = time.perf_counter,
     progress: Progress = no_progress,
 ) -> tuple[LearnResult, LearnedModel | None]:
-    """Cross-validate a learned ranker against ``current`` (the project's reranker, scoring a
-    window) and train the model on all cases; the result proposes it only when the paired
-    interval of the held-out nDCG@10 gain lies above 0. ``progress``: ("training", models
-    trained, folds + 1): one per fold, then the final one."""
+    """Grade learning against ``current`` (the project's reranker, scoring a window) by nested
+    cross-validation (``nested_cv``), choose the final setting by cross-validation over all cases
+    and train its model on all of them; the result proposes it only when that choice is a model
+    and the paired interval of the held-out nDCG@10 gain lies above 0. ``trainer``: a setting's
+    trainer revision. ``progress``: ("training", models trained, the most there can be)."""
     t0 = clock()
     check_folds(folds)
+    if not settings or inner_folds < 2:
+        raise InvalidRequest("learning needs at least one setting and at least 2 inner folds")
     judged = [c for c in cases if c.window and grade([], c.judgments, level).relevant > 0]
     rows = check_rows(judged)
+    check_work(rows, settings, folds, inner_folds)
     groups = len({c.group for c in judged})
+    labels_ = tuple(setting_label(s) for s in settings)
     base: dict[str, Any] = dict(learn_id=learn_id, project_id=project_id, created_at=created_at,
                                 level=level.value, folds=folds, cases=len(judged),
                                 excluded_cases=len(cases) - len(judged), groups=groups, current=current_revision,
-                                trainer=trainer, training_rows=rows)  # fmt: skip
+                                training_rows=rows, settings=labels_, inner_folds=inner_folds)  # fmt: skip
     needed = max(MIN_CASES_FOR_INTERVAL, folds)
     if len(judged) < needed or groups < folds:
         verdict = (f"too few judged cases to cross-validate: {len(judged)} cases in {groups} group(s); "
                    f"{folds}-fold cross-validation needs at least {needed} cases in {folds} groups")  # fmt: skip
-        return LearnResult(verdict=verdict, seconds=round(clock() - t0, 3), **base), None
+        return LearnResult(verdict=verdict, trainer=trainer(LearnerSetting()), seconds=round(clock() - t0, 3),
+                           **base), None  # fmt: skip
+    models = sum(s is not None for s in settings)
+    most = models * (folds * inner_folds + folds) + folds + 1
+    fitted = [0]
+
+    def on_fit() -> None:
+        fitted[0] += 1
+        progress("training", min(fitted[0], most), most)
+
+    progress("training", 0, most)
+    fitter = Trainer(fit, load, level, on_fit)
     now = [_graded(reordered(c, current(c.query, c.window)), c.judgments, level) for c in judged]
-    held_out: list[tuple[float, float, float]] = [(0.0, 0.0, 0.0)] * len(judged)
-    for trained, fold in enumerate(fold_groups([c.group for c in judged], folds)):
-        progress("training", trained, folds + 1)
-        held = set(fold)
-        scorer = load(fit(ranking_data([c for i, c in enumerate(judged) if i not in held], level)).model)
-        for i in fold:
-            case = judged[i]
-            scores = scorer(window_features(case.query, case.window))
-            held_out[i] = _graded(reordered(case, scores), case.judgments, level)
-    gain = PairedGain.of([v[0] for v in held_out], [v[0] for v in now], resamples)
-    progress("training", folds, folds + 1)
-    final = fit(ranking_data(judged, level))
-    progress("training", folds + 1, folds + 1)
-    model = LearnedModel(trainer=trainer, model=final.model, level=level.value)
-    proposed = gain.gain_low > 0
-    said = (f"cross-validated nDCG@10 {gain.gain:+.4f} over the current ranking, 95% interval {gain.interval}, "
-            f"p = {gain.p_value:.3f}")  # fmt: skip
-    verdict = f"proposed: {said}" if proposed else f"no proposal: the interval does not lie above 0 ({said})"
-    ranked = sorted(final.importances, key=lambda f: (-f.share, f.feature))[:TOP_IMPORTANCES]
+    nested = nested_cv(judged, now, settings, fitter, folds=folds, inner_folds=inner_folds)
+    gain = PairedGain.of([v[0] for v in nested.held_out], [v[0] for v in now], resamples)
+    best, _ = choose_setting(judged, range(len(judged)), now, settings, fitter, folds)
+    setting = settings[best]
+    said = (f"nested cross-validated nDCG@10 {gain.gain:+.4f} over the current ranking, 95% interval "
+            f"{gain.interval}, p = {gain.p_value:.3f}")  # fmt: skip
+    model = None
+    ranked: list[FeatureImportance] = []
+    if setting is None:
+        proposed = False
+        verdict = (f"no proposal: cross-validation over all cases keeps the current ranking, no learned "
+                   f"setting beat it ({said})")  # fmt: skip
+    else:
+        final = fit(ranking_data(judged, level), setting)
+        model = LearnedModel(trainer=trainer(setting), model=final.model, level=level.value)
+        ranked = sorted(final.importances, key=lambda f: (-f.share, f.feature))[:TOP_IMPORTANCES]
+        proposed = gain.gain_low > 0
+        verdict = f"proposed: {said}" if proposed else f"no proposal: the interval does not lie above 0 ({said})"
+    progress("training", most, most)
     result = LearnResult(
-        model_digest=model.digest,
+        trainer=trainer(setting if setting is not None else LearnerSetting()),
+        model_digest=model.digest if model is not None else None,
         current_metrics=_means(now),
-        cross_validated=_means(held_out),
+        cross_validated=_means(nested.held_out),
         proposed=proposed,
         verdict=verdict,
         importances=tuple(ranked),
         seconds=round(clock() - t0, 3),
+        fold_settings=tuple(labels_[i] for i in nested.choices),
+        chosen_setting=labels_[best],
         **gain.fields(),
         **base,
     )

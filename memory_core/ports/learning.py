@@ -5,13 +5,18 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from memory_core.evaluation.learning import FittedModel, RankingData, Scorer
+from memory_core.evaluation.learning import FittedModel, LearnerSetting, RankingData, Scorer
 
 
 class RankLearner(Protocol):
     @property
     def revision(self) -> str:
         """The library, objective and bounds a model is trained with (kept in the model)."""
+        ...
+
+    def with_setting(self, setting: LearnerSetting) -> RankLearner:
+        """This learner fitting with ``setting`` (one of ``evaluation.learning.SETTINGS``);
+        ``ValueError`` past the adapter's bounds."""
         ...
 
     def fit(self, data: RankingData) -> FittedModel:

@@ -17,12 +17,17 @@ from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.ids import new_id
 from memory_core.domain.progress import Progress, no_progress
 from memory_core.evaluation.learning import (
+    SETTINGS,
     FeatureInput,
+    FittedModel,
     LearnedReranker,
+    LearnerSetting,
     LearningCase,
     LearnResult,
+    RankingData,
     RefusedModelFallback,
     check_rows,
+    check_work,
     learn,
     learning_case,
 )
@@ -56,11 +61,13 @@ def learn_project(
     level: str = MetricLevel.RESOURCE.value,
     include_unreviewed: bool = False,
     group_of: Callable[[LearningCase], str] | None = None,
+    settings: Sequence[LearnerSetting | None] = SETTINGS,
     progress: Progress = no_progress,
 ) -> LearnResult:
     """Learn ``project_id``'s ranker and keep the result and model (``EvaluationSetEmpty`` when
     no case may be used). ``group_of``: the unit folds are made of (default: each case);
-    ``progress``: reading the cases' traces, then training (``evaluation.learning.learn``)."""
+    ``settings``: the grid chosen among (tests narrow it); ``progress``: reading the cases' traces,
+    then training (``evaluation.learning.learn``)."""
     levels = {m.value: m for m in MetricLevel}
     if level not in levels:
         raise InvalidRequest(f"level must be one of {', '.join(levels)}, got {level!r}", level=level)
@@ -74,15 +81,18 @@ def learn_project(
     learning = [learning_case(i, c.query) for c, i in zip(usable, inputs, strict=True)]
     if group_of is not None:
         learning = [attrs.evolve(c, group=group_of(c)) for c in learning]
-    check_rows(learning)  # before any training
+    check_work(check_rows(learning), settings, folds)  # before any training
 
     def score_now(query: str, window: Sequence[FeatureInput]) -> Sequence[float]:
         return current.rerank(query, window)
 
-    result, model = learn(learning, fit=learner.fit, load=learner.load, current=score_now,
-                          current_revision=current.revision, trainer=learner.revision, learn_id=new_id(),
-                          project_id=project_id, created_at=now(), folds=folds, level=levels[level],
-                          progress=progress)  # fmt: skip
+    def fit(data: RankingData, setting: LearnerSetting) -> FittedModel:
+        return learner.with_setting(setting).fit(data)
+
+    result, model = learn(learning, fit=fit, load=learner.load, current=score_now,
+                          current_revision=current.revision, trainer=lambda s: learner.with_setting(s).revision,
+                          learn_id=new_id(), project_id=project_id, created_at=now(), folds=folds,
+                          level=levels[level], settings=settings, progress=progress)  # fmt: skip
     if profiles.store is not None:
         profiles.store.put_learning(result, model.to_bytes() if model is not None else None)
     return result

@@ -86,3 +86,14 @@ def test_sampling_features_stays_deterministic_and_is_named_only_when_used() -> 
     assert first.model == second.model
     assert first.model != LightGBMRanker(rounds=30, base_weight=0.0).fit(synthetic(80, seed=1)).model
     assert "features=0.5" in sampled.revision and "features=" not in LightGBMRanker().revision
+
+
+def test_every_grid_setting_is_within_the_bounds_and_the_first_model_is_the_shipped_learner() -> None:
+    from memory_core.evaluation.learning import SETTINGS, LearnerSetting
+
+    assert LightGBMRanker().with_setting(LearnerSetting()) == LightGBMRanker()
+    for setting in (s for s in SETTINGS if s is not None):
+        ranker = LightGBMRanker().with_setting(setting)  # the bounds are checked on construction
+        assert (ranker.rounds, ranker.leaves, ranker.feature_fraction) == (
+            setting.rounds, setting.leaves, setting.feature_fraction)  # fmt: skip
+        assert f"rounds={setting.rounds},leaves={setting.leaves}," in ranker.revision

@@ -13,7 +13,7 @@ import pytest
 
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import LearnedModelRefused, LearningNotFound
-from memory_core.evaluation.learning import FEATURE_REVISION, LearnedModel
+from memory_core.evaluation.learning import FEATURE_REVISION, KEEP_CURRENT_LABEL, LearnedModel, LearnerSetting
 from tests.core.test_project_profiles import (
     QUERIES,
     deploy_workspace,
@@ -24,11 +24,15 @@ from tests.core.test_project_profiles import (
 
 
 def learned(engine: Any) -> Any:
-    """A learning of 'demo' stored as proposed (eight cases are too few for a real gain)."""
-    result = engine.learn_project("demo", folds=2)
+    """A learning of 'demo' stored as proposed (eight cases are too few for a real gain; the grid
+    narrowed to the shipped learner, which the full grid would not choose over the fusion here)."""
+    result = engine.learn_project("demo", folds=2, settings=SHIPPED)
     proposed = attrs.evolve(result, learn_id="01LEARNEDPROPOSAL00000000X", proposed=True)
     engine.profile_store.put_learning(proposed, None)  # its model is stored already, once
     return proposed
+
+
+SHIPPED = (LearnerSetting(),)
 
 
 def recorded(engine: Any, run_id: str | None = None) -> str:
@@ -47,17 +51,24 @@ def test_learning_needs_reviewed_cases_keeps_its_result_and_model_and_changes_no
     with pytest.raises(InvalidRequest, match="folds must be"):
         engine.learn_project("demo", include_unreviewed=True, folds=1)
     before = snapshot(engine)
-    result = engine.learn_project("demo", include_unreviewed=True, folds=2)
+    # The whole grid: on eight cases no learned setting beats the fusion, so it is kept and no
+    # model is trained or stored.
+    kept = engine.learn_project("demo", include_unreviewed=True, folds=2)
+    assert kept.chosen_setting == KEEP_CURRENT_LABEL and kept.model_digest is None and not kept.proposed
+    assert kept.verdict.startswith("no proposal: cross-validation over all cases keeps the current ranking")
+    assert len(kept.fold_settings) == 2 and len(kept.settings) == 7 and kept.inner_folds == 3
+    result = engine.learn_project("demo", include_unreviewed=True, folds=2, settings=SHIPPED)
     assert snapshot(engine) == before
     assert result.cases == len(QUERIES) and result.feature_revision == FEATURE_REVISION
     assert "lightgbm" in result.trainer and result.current.startswith("convex-fusion")
     assert result.gain_low is not None and result.proposed == (result.gain_low > 0)
     assert result.verdict.startswith("proposed:" if result.proposed else "no proposal")
-    assert engine.learnings("demo") == [result]
+    assert result.chosen_setting == SHIPPED[0].label and result.fold_settings == (SHIPPED[0].label,) * 2
+    assert engine.learnings("demo") == [result, kept]
     stored = engine.profile_store.learned_model("demo", result.model_digest)
     assert LearnedModel(trainer=result.trainer, model="x").feature_names == attrs.fields_dict(LearnedModel)[
         "feature_names"].default and stored is not None  # fmt: skip
-    again = engine.learn_project("demo", include_unreviewed=True, folds=2)
+    again = engine.learn_project("demo", include_unreviewed=True, folds=2, settings=SHIPPED)
     assert again.model_digest == result.model_digest  # deterministic: the same model, stored once
     if not result.proposed:
         with pytest.raises(InvalidRequest, match="proposed nothing"):
@@ -113,7 +124,7 @@ def test_a_corrupt_model_is_refused_when_set_and_at_ranking_the_fusion_ranks_and
 def test_a_model_of_another_feature_revision_is_refused_typed_and_never_applied() -> None:
     engine = engine_with_other()
     judged_cases(engine, reviewed=True)
-    result = engine.learn_project("demo", folds=2)
+    result = engine.learn_project("demo", folds=2, settings=SHIPPED)
     old = LearnedModel(trainer=result.trainer, model="tree", feature_revision="ltr-features-v0")
     foreign = attrs.evolve(result, learn_id="01FOREIGNREVISION000000000", model_digest=old.digest, proposed=True)
     engine.profile_store.put_learning(foreign, old.to_bytes())

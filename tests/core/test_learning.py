@@ -17,10 +17,13 @@ from memory_core.domain.model import Unit
 from memory_core.evaluation.learning import (
     FEATURE_NAMES,
     FEATURE_REVISION,
+    KEEP_CURRENT_LABEL,
+    SETTINGS,
     FeatureInput,
     FittedModel,
     LearnedModel,
     LearnedReranker,
+    LearnerSetting,
     LearningCase,
     RankingData,
     fold_groups,
@@ -28,8 +31,10 @@ from memory_core.evaluation.learning import (
     learn,
     read_model,
     reordered,
+    setting_label,
     squashed,
     stages_of,
+    training_work,
     window_features,
 )
 from memory_core.evaluation.metrics import Judgments
@@ -209,11 +214,11 @@ def _current(query: str, window: Sequence[FeatureInput]) -> list[float]:
 def _learn(cases: Sequence[LearningCase], **kwargs: object) -> tuple[object, object]:
     return learn(
         cases,
-        fit=_fit_signal,
+        fit=lambda data, setting: _fit_signal(data),
         load=_load_signal,
         current=_current,
         current_revision="fused",  # type: ignore[arg-type]
-        trainer="signal",
+        trainer=lambda setting: f"signal({setting.label})",
         learn_id="L1",
         project_id="p",
         created_at="now",
@@ -230,24 +235,32 @@ def test_a_ranker_that_generalises_is_proposed_with_its_gain_and_importances() -
     assert result.importances[0].feature == FEATURE_NAMES[SIGNAL] and result.importances[0].share == 1.0  # type: ignore[attr-defined]
     assert isinstance(model, LearnedModel) and result.model_digest == model.digest  # type: ignore[attr-defined]
     assert model.feature_revision == FEATURE_REVISION and json.loads(model.model)["rows"] == 300
+    # Every setting of the signal learner ranks alike: each choice is the first model (the
+    # current ranking loses), and the model's trainer names that setting.
+    first = setting_label(SETTINGS[1])
+    assert result.fold_settings == (first,) * 5 and result.chosen_setting == first  # type: ignore[attr-defined]
+    assert result.settings == tuple(setting_label(s) for s in SETTINGS) and model.trainer == f"signal({first})"  # type: ignore[attr-defined]
 
 
 def test_a_ranker_that_does_not_generalise_is_not_proposed_and_says_so() -> None:
     # Half the cases reward long units that the fused order put last, half short ones it put
-    # first: whatever sign a fold learns loses on one half what it gains on the other.
-    result, model = _learn([_case(n, 900) if n % 2 else _case(n, 10, at=0) for n in range(30)])
-    assert not result.proposed and result.verdict.startswith("no proposal")  # type: ignore[attr-defined]
-    assert model is not None  # kept for inspection, never applied without a proposal
+    # first: whatever sign a fold learns loses on one half what it gains on the other. With a
+    # model as the only setting, its model is kept for inspection, never applied without a proposal.
+    cases = [_case(n, 900) if n % 2 else _case(n, 10, at=0) for n in range(30)]
+    result, model = _learn(cases, settings=(LearnerSetting(),))
+    assert not result.proposed and result.verdict.startswith("no proposal: the interval")  # type: ignore[attr-defined]
+    assert model is not None and result.fold_settings == (LearnerSetting().label,) * 5  # type: ignore[attr-defined]
 
 
-def test_each_fold_learns_only_from_the_other_groups() -> None:
-    seen: list[set[str]] = []
+def test_no_fit_of_an_outer_fold_ever_sees_its_held_out_group_not_even_an_inner_one() -> None:
+    seen: list[tuple[set[str], LearnerSetting]] = []
     cases = [_case(n, 900, group=f"conv{n % 4}") for n in range(24)]
     start = FEATURE_NAMES.index("unit_start")  # the case's number, in every row of the case
     group_of = {math.log1p(n): c.group for n, c in enumerate(cases)}
+    grid = (None, LearnerSetting(), LearnerSetting(rounds=50))
 
-    def fit(data: RankingData) -> FittedModel:
-        seen.append({group_of[r[start]] for r in data.rows})
+    def fit(data: RankingData, setting: LearnerSetting) -> FittedModel:
+        seen.append(({group_of[r[start]] for r in data.rows}, setting))
         return _fit_signal(data)
 
     result, _ = learn(
@@ -256,15 +269,47 @@ def test_each_fold_learns_only_from_the_other_groups() -> None:
         load=_load_signal,
         current=_current,
         current_revision="fused",
-        trainer="s",  # type: ignore[arg-type]
+        trainer=lambda s: "s",
         learn_id="L",
         project_id="p",
         created_at="now",
         folds=4,
+        settings=grid,
         resamples=200,
     )
-    assert result.groups == 4 and len(seen) == 5 and seen[-1] == set(group_of.values())
-    assert sorted(len(s) for s in seen[:4]) == [3, 3, 3, 3]
+    # Per outer fold: two settings x three inner folds, then the chosen setting on the training
+    # folds; then two settings x four folds over all cases, then the final model.
+    block = 2 * 3 + 1
+    assert result.groups == 4 and len(seen) == 4 * block + 2 * 4 + 1  # type: ignore[attr-defined]
+    held_out = set()
+    for f in range(4):
+        training = seen[f * block + block - 1][0]
+        assert len(training) == 3  # the outer fold's model: every group but the held-out one
+        held_out |= set(group_of.values()) - training
+        for groups, _ in seen[f * block : f * block + block - 1]:
+            assert len(groups) == 2 and groups < training  # an inner fit: never the held-out group
+    assert held_out == set(group_of.values())  # each group was held out once
+    assert sorted(len(g) for g, _ in seen[4 * block : -1]) == [3] * 8 and seen[-1][0] == set(group_of.values())
+    assert result.fold_settings == (LearnerSetting().label,) * 4  # type: ignore[attr-defined]
+
+
+def test_the_current_ranking_is_kept_when_no_setting_beats_it_and_nothing_is_proposed() -> None:
+    position = FEATURE_NAMES.index("window_position")
+    fitted: list[LearnerSetting] = []
+
+    def fit(data: RankingData, setting: LearnerSetting) -> FittedModel:
+        fitted.append(setting)
+        return FittedModel("reversed", ())
+
+    cases = [_case(n, 900, at=n % 3) for n in range(30)]  # the relevant unit near the top of the fused order
+    result, model = learn(cases, fit=fit, load=lambda _: lambda rows: [r[position] for r in rows],  # worst first
+                          current=_current, current_revision="fused", trainer=lambda s: "t", learn_id="L",
+                          project_id="p", created_at="now", resamples=200)  # fmt: skip
+    assert model is None and not result.proposed and result.model_digest is None
+    assert result.chosen_setting == KEEP_CURRENT_LABEL and result.fold_settings == (KEEP_CURRENT_LABEL,) * 5
+    assert "keeps the current ranking" in result.verdict and result.verdict.startswith("no proposal")
+    assert result.gain == 0.0 and result.cross_validated == result.current_metrics  # every fold kept it
+    assert fitted and set(fitted) == {s for s in SETTINGS if s is not None}  # every setting was tried
 
 
 def test_too_few_cases_or_groups_propose_nothing_and_say_why() -> None:
@@ -331,7 +376,7 @@ def test_a_model_that_ranks_as_the_current_ranking_gains_nothing_and_is_never_pr
 ) -> None:
     position = FEATURE_NAMES.index("window_position")
 
-    def fit(data: RankingData) -> FittedModel:
+    def fit(data: RankingData, setting: LearnerSetting) -> FittedModel:
         return FittedModel("fused", importances_of(FEATURE_NAMES, [0.0] * len(FEATURE_NAMES)))
 
     result, model = learn(
@@ -340,7 +385,7 @@ def test_a_model_that_ranks_as_the_current_ranking_gains_nothing_and_is_never_pr
         load=lambda _: lambda rows: [-r[position] for r in rows],
         current=_current,
         current_revision="fused",
-        trainer="t",
+        trainer=lambda s: "t",
         learn_id="L",
         project_id="p",
         created_at="now",
@@ -348,9 +393,11 @@ def test_a_model_that_ranks_as_the_current_ranking_gains_nothing_and_is_never_pr
         resamples=100,
     )
     assert not result.proposed and result.cases == len(cases) and result.excluded_cases == 0
-    if model is None:
-        assert result.verdict.startswith("too few judged cases") and result.gain is None
+    if result.gain is None:
+        assert result.verdict.startswith("too few judged cases") and model is None
     else:
+        # Every setting ties the current ranking, and a tie keeps it: no model at all.
+        assert model is None and result.chosen_setting == KEEP_CURRENT_LABEL
         assert result.gain == 0.0 and result.gain_low == 0.0 and result.gain_high == 0.0
         assert result.cross_validated == result.current_metrics and result.verdict.startswith("no proposal")
         assert result.groups == len({c.group for c in cases}) >= folds and result.training_rows == sum(
@@ -365,15 +412,43 @@ def test_a_learning_over_the_row_bound_is_refused_before_any_training(monkeypatc
     monkeypatch.setattr(learning, "MAX_TRAINING_ROWS", 99)
     fitted: list[int] = []
 
-    def fit(data: RankingData) -> FittedModel:
+    def fit(data: RankingData, setting: LearnerSetting) -> FittedModel:
         fitted.append(len(data.rows))
         return _fit_signal(data)
 
     with pytest.raises(InvalidRequest, match="more than the 99 one training takes"):
         learn([_case(n, 900) for n in range(10)], fit=fit, load=_load_signal, current=_current,  # type: ignore[arg-type]
-              current_revision="c", trainer="t", learn_id="L", project_id="p", created_at="now")  # fmt: skip
+              current_revision="c", trainer=lambda s: "t", learn_id="L", project_id="p", created_at="now")  # fmt: skip
     assert fitted == []
     result, _ = learn([_case(n, 900) for n in range(9)], fit=fit, load=_load_signal, current=_current,  # type: ignore[arg-type]
-                      current_revision="c", trainer="t", learn_id="L", project_id="p", created_at="now",
+                      current_revision="c", trainer=lambda s: "t", learn_id="L", project_id="p", created_at="now",
                       resamples=50)  # fmt: skip
     assert result.training_rows == 90 and fitted
+
+
+def test_the_grids_training_work_is_bounded_before_any_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    import memory_core.evaluation.learning as learning
+    from memory_core.domain.errors import InvalidRequest
+
+    grid = (None, LearnerSetting(rounds=10), LearnerSetting(rounds=20))
+    # 100 rows x (30 rounds x (5 x 3 inner + 5 final) folds + (5 + 1) chosen fits x 20 rounds)
+    work = training_work(100, grid, 5)
+    assert work == 100 * (30 * 20 + 6 * 20) and training_work(100, (None,), 5) == 0
+    assert training_work(100, grid, 10) > work and training_work(100, grid[:2], 5) < work
+    fitted: list[LearnerSetting] = []
+
+    def fit(data: RankingData, setting: LearnerSetting) -> FittedModel:
+        fitted.append(setting)
+        return _fit_signal(data)
+
+    def run(**kwargs: object) -> object:
+        return learn([_case(n, 900) for n in range(10)], fit=fit, load=_load_signal, current=_current,  # type: ignore[arg-type]
+                     current_revision="c", trainer=lambda s: "t", learn_id="L", project_id="p", created_at="now",
+                     settings=grid, resamples=50, **kwargs)  # fmt: skip
+
+    monkeypatch.setattr(learning, "MAX_TRAINING_WORK", work - 1)
+    with pytest.raises(InvalidRequest, match="row-rounds of training") as caught:
+        run()
+    assert caught.value.details["work"] == work and fitted == []
+    run(folds=4)  # fewer folds, less work: within the bound
+    assert fitted

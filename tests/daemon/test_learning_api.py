@@ -13,6 +13,7 @@ import pytest
 
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import EvaluationSetEmpty, LearnedModelRefused, LearningNotFound
+from memory_core.evaluation.learning import KEEP_CURRENT_LABEL
 from tests.daemon.test_server import ROOT, Daemon, running_daemon
 
 QUERIES = ("how do I roll back a deploy?", "advisory locks", "where is the coffee", "printer broken",
@@ -46,8 +47,13 @@ def test_learning_runs_as_a_job_keeps_its_result_and_changes_no_judgment(daemon:
         case_ids.append(case.case_id)
     before = [client.get_evaluation_case(c).judgments for c in case_ids]
     result = client.learn_project("notes", folds=2)
-    assert result.cases == len(QUERIES) and result.model_digest is not None and "lightgbm" in result.trainer
-    assert result.proposed == (result.gain_low is not None and result.gain_low > 0)
+    assert result.cases == len(QUERIES) and "lightgbm" in result.trainer
+    # The setting chosen per outer fold and finally, among the grid; no model when the current ranking is kept.
+    assert len(result.fold_settings) == 2 and set(result.fold_settings) | {result.chosen_setting} <= set(
+        result.settings
+    )
+    assert (result.model_digest is None) == (result.chosen_setting == KEEP_CURRENT_LABEL)
+    assert result.proposed == (result.model_digest is not None and result.gain_low is not None and result.gain_low > 0)
     assert [client.get_evaluation_case(c).judgments for c in case_ids] == before
     assert client.list_learnings("notes") == [result]
     assert any(j.operation == "learn_project" and j.project_id == "notes" for j in client.list_jobs().jobs)
@@ -66,6 +72,7 @@ def test_the_cli_learns_through_the_daemon(daemon: Daemon) -> None:
     assert json.loads(shown.stdout)["project_id"] == "notes"
     said = memcore(daemon, "eval", "learn", "notes", "--folds", "2")
     assert said.returncode == 0 and ("proposed:" in said.stdout or "no proposal" in said.stdout)
-    assert "most important features" in said.stdout
+    assert "setting chosen per outer fold (a 3-fold cross-validation on its training folds, among 7): 1 " in said.stdout
+    assert "final setting (cross-validation over all cases): " in said.stdout
     missing = memcore(daemon, "project", "profile", "set", "notes", "--from-learn", "01NOSUCHLEARNING0000000000")
     assert missing.returncode != 0 and "no learning" in missing.stderr
