@@ -76,14 +76,24 @@ def in_thread(call: Any) -> tuple[threading.Thread, dict[str, Any]]:
     return worker, outcome
 
 
+def paused_daemon(tmp_path: Path, operation: str) -> Daemon:
+    """A daemon serving ``ledger`` (indexed) whose job process for ``operation`` stops itself as
+    it starts, so a test sees the job in flight (``paused_job``)."""
+    daemon = Daemon(tmp_path / "home", tmp_path / "daemon.log", env={jobs.PAUSE_POINT_ENV: operation})
+    try:
+        daemon.client.add_project("ledger", [Source(str(memory_folder(tmp_path / "memory")))])
+        daemon.client.index_project("ledger")
+    except BaseException:
+        daemon.stop()
+        raise
+    return daemon
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("operation", ["tune_project", "move_project_storage", "import_evaluation_set"])
 def test_a_job_in_flight_holds_no_activation_and_sigterm_cancels_it(tmp_path: Path, operation: str) -> None:
-    source = memory_folder(tmp_path / "memory")
-    daemon = Daemon(tmp_path / "home", tmp_path / "daemon.log", env={jobs.PAUSE_POINT_ENV: operation})
+    daemon = paused_daemon(tmp_path, operation)
     client = daemon.client
-    client.add_project("ledger", [Source(str(source))])
-    client.index_project("ledger")
     first = client.activate_memory("ledger", QUERY)
     fixture = client.export_evaluation_set(case_ids=[client.create_evaluation_case(first.run_id).case_id])
     destination = tmp_path / "elsewhere"
@@ -176,12 +186,9 @@ def test_a_running_job_is_listed_and_cancel_job_stops_it_keeping_nothing(
     """Issue 31, item 2: a job has an id, shows in list_jobs while it runs, and cancel_job stops
     it: its caller gets job_interrupted (reason cancelled), it stays listed as cancelled, and the
     daemon serves on with nothing of the job kept."""
-    source = memory_folder(tmp_path / "memory")
-    daemon = Daemon(tmp_path / "home", tmp_path / "daemon.log", env={jobs.PAUSE_POINT_ENV: "move_project_storage"})
+    daemon = paused_daemon(tmp_path, "move_project_storage")
     client = daemon.client
     try:
-        client.add_project("ledger", [Source(str(source))])
-        client.index_project("ledger")
         assert client.list_jobs().jobs == ()
         destination = tmp_path / "elsewhere"
         worker, outcome = in_thread(lambda: client.move_project_storage("ledger", destination))
@@ -319,12 +326,9 @@ def test_an_imports_body_is_decoded_in_its_job_not_in_the_daemon(tmp_path: Path)
     message, details, status); a valid one imports as before."""
     from memory_core.evaluation.fixture import ImportResult
 
-    source = memory_folder(tmp_path / "memory")
-    daemon = Daemon(tmp_path / "home", tmp_path / "daemon.log", env={jobs.PAUSE_POINT_ENV: "import_evaluation_set"})
+    daemon = paused_daemon(tmp_path, "import_evaluation_set")
     client = daemon.client
     try:
-        client.add_project("ledger", [Source(str(source))])
-        client.index_project("ledger")
         run_id = client.activate_memory("ledger", QUERY).run_id
         assert run_id is not None
         case = client.create_evaluation_case(run_id)
