@@ -5,25 +5,23 @@ Each collection is imported with ``import_beir`` through the real engine (Lucene
 usearch, SQLite) as reviewed cases, one per judged query, its Run's trace stored: Cranfield and
 CISI (their test qrels, queries an activation refuses left out as in ``benchmarks/tuning.py``),
 scifact-train (its train split: 809 claims over 5,183 abstracts) and locomo-dev (five LoCoMo
-conversations). ``Engine.learn_project`` then does what ``memcore eval learn`` does: 5-fold
-cross-validation, each fold's LightGBM lambdarank model trained on the other folds and graded on
-its held-out cases at resource level, against the ranking the project has now (the default
-fusion) on the same recorded windows; the gain is in nDCG@10 with its paired 95 % bootstrap
-interval and sign-flip p. On locomo-dev the folds are whole conversations (a case's group is the
-``c<conversation>`` prefix of its corpus ids), so no model is graded on a conversation it learned.
+conversations). ``Engine.learn_project`` then does what ``memcore eval learn`` does: nested
+cross-validation (``memory_core/evaluation/learning.py``): 5 outer folds, each graded with the
+LightGBM lambdarank setting that a 3-fold cross-validation on its training folds alone chose among
+the product's grid (``SETTINGS``; the first is no model, the current ranking kept), at resource
+level, against the ranking the project has now (the default fusion) on the same recorded windows;
+the gain is in nDCG@10 with its paired 95 % bootstrap interval and sign-flip p. On locomo-dev the
+folds are whole conversations (a case's group is the ``c<conversation>`` prefix of its corpus
+ids), so no model is graded on a conversation it learned. (Results saved before the grid moved
+into the product graded one fixed setting there.)
 
-Learned against the default and both peers, honestly (``nested``): the figures above pick
-nothing, but the learner's settings were chosen once on these same folds, so they lean
-optimistic. Here every held-out fold's model has its settings chosen by an inner
-cross-validation over the training folds alone (``CONFIGS``, 3 inner folds by the same unit:
-case, or conversation on locomo-dev), is trained on all training folds with them and graded on
-the held-out fold only. The default fusion itself is one of the choices: where the inner folds
-say no learner beats it, the held-out fold keeps the default ranking (a guard that reads the
-training folds only). The same held-out cases are graded, resource level with the engine's
-own metric and judgments, for the default (the project's fusion on the recorded window) and for
-the two afternoon peers of ``benchmarks/dev_collections.py`` (FTS5 BM25 + MiniLM over whole
-documents, RRF k 60 or convex min-max 0.5; their lists read from that benchmark's recordings,
-``MEMCORE_DEV_WORK``), with paired 95 % bootstrap intervals and sign-flip p.
+Learned against the default and both peers (``nested``): the same selection, the product's own
+``nested_cv`` over the same outer folds, so its held-out grades are those ``eval learn`` pairs;
+here they are paired per case with the default's (the project's fusion on the recorded window)
+and with the two afternoon peers' of ``benchmarks/dev_collections.py`` (FTS5 BM25 + MiniLM over
+whole documents, RRF k 60 or convex min-max 0.5; their lists read from that benchmark's
+recordings, ``MEMCORE_DEV_WORK``), resource level with the engine's own metric and judgments,
+with paired 95 % bootstrap intervals and sign-flip p.
 
 Importing scifact-train takes minutes: ``MEMCORE_LEARNING_HOME`` names a home the four
 collections were already imported into (as ``cranfield``, ``cisi``, ``scifact-train`` and
@@ -79,6 +77,8 @@ def _figures(result: Any) -> dict[str, Any]:
         "current_reranker": result.current,
         "trainer": result.trainer,
         "importances": [[f.feature, f.share] for f in result.importances[:5]],
+        "fold_settings": list(result.fold_settings),
+        "chosen_setting": result.chosen_setting,
     }
 
 
@@ -101,22 +101,10 @@ def _rerank_ms(engine: Any, name: str, digest: str) -> dict[str, float]:
             "p95": round(percentile_nearest_rank(times, 95) or 0.0, 3)}  # fmt: skip
 
 
-# What an inner cross-validation chooses among: the default fusion itself (None: no model, so a
-# collection whose training folds say no learner beats it keeps its ranking), the shipped learner,
-# the deeper unboosted one it was compared with, a longer shipped one, a heavily regularised one
-# for small collections (3 leaves, 100 rows a leaf, 50 rounds), and two with more capacity that
-# sample half the features for each tree. Fixed before the graded folds were looked at; only the
-# inner folds choose.
-CONFIGS: tuple[dict[str, Any] | None, ...] = (
-    None,
-    {},
-    {"leaves": 15, "min_data_in_leaf": 20, "base_weight": 0.0},
-    {"rounds": 200},
-    {"rounds": 50, "leaves": 3, "min_data_in_leaf": 100},
-    {"rounds": 300, "leaves": 31, "min_data_in_leaf": 20, "feature_fraction": 0.5},
-    {"rounds": 200, "feature_fraction": 0.5},
-)
-OUTER_FOLDS, INNER_FOLDS = 5, 3
+# The grid and the nested selection are the product's own (``memory_core.evaluation.learning``:
+# ``SETTINGS``, ``nested_cv``), so what ``memcore eval learn`` does is what is graded here; only
+# the peers' grades are this benchmark's. The 5 outer folds are ``eval learn``'s default.
+OUTER_FOLDS = 5
 
 
 def _resource_of(doc: str) -> str:
@@ -143,24 +131,18 @@ def _ndcg(order: list[Any], judgments: Any) -> float:
     return ndcg_at(grade(order, judgments, MetricLevel.RESOURCE), 10) or 0.0
 
 
-def _cv_scores(cases: list[Any], folds: list[list[int]], fit_load: Any) -> list[float]:
-    """Each case's nDCG@10 under the model trained on the other folds."""
-    from memory_core.evaluation.learning import reordered
-
-    out = [0.0] * len(cases)
-    for fold in folds:
-        held = set(fold)
-        scorer = fit_load(_training([c for i, c in enumerate(cases) if i not in held]))
-        for i in fold:
-            c = cases[i]
-            out[i] = _ndcg(reordered(c, scorer(_rows(c))), c.judgments)
-    return out
-
-
 def nested(engine: Any, name: str) -> dict[str, Any]:
     """Learned (settings chosen on inner folds only) vs the default and both peers, on held-out folds."""
     from memory_core.adapters.learning.lightgbm_ranker import LightGBMRanker
-    from memory_core.evaluation.learning import fold_groups, learning_case, reordered
+    from memory_core.evaluation.learning import (
+        INNER_FOLDS,
+        SETTINGS,
+        Trainer,
+        graded,
+        learning_case,
+        nested_cv,
+        reordered,
+    )
     from memory_core.evaluation.metrics import RankedItem, grade
     from memory_core.evaluation.statistics import paired_bootstrap, paired_randomization_p
 
@@ -179,38 +161,16 @@ def nested(engine: Any, name: str) -> dict[str, Any]:
     prefix = f"beir-{name}-"
     cases = [t for t in cases if t[0].case_id.removeprefix(prefix) in peers]
     learning = [lc for _, _, lc in cases]
-    default = [_ndcg(reordered(c, current.rerank(c.query, list(c.window))), c.judgments) for c in learning]
-
-    def fit_load(config: dict[str, Any]) -> Any:
-        ranker = LightGBMRanker(**config)
-        return lambda data: ranker.load(ranker.fit(data).model)
-
-    def inner_mean(config: dict[str, Any] | None, train: list[int], inner: list[list[int]]) -> float:
-        if config is None:  # the default needs no training: its grades on the same cases
-            return sum(default[i] for i in train) / len(train)
-        return sum(_cv_scores([learning[i] for i in train], inner, fit_load(config))) / len(train)
-
-    learned = [0.0] * len(learning)
+    now = [graded(reordered(c, current.rerank(c.query, list(c.window))), c.judgments, _level()) for c in learning]
+    ranker = LightGBMRanker()
+    trainer = Trainer(lambda data, setting: ranker.with_setting(setting).fit(data), ranker.load, _level())
+    graded_cv = nested_cv(learning, now, SETTINGS, trainer, folds=OUTER_FOLDS, inner_folds=INNER_FOLDS)
     chosen = []
-    outer = fold_groups([c.group for c in learning], OUTER_FOLDS)
-    for k, fold in enumerate(outer):
-        held = set(fold)
-        train = [i for i in range(len(learning)) if i not in held]
-        inner = fold_groups([learning[i].group for i in train], INNER_FOLDS)
-        inner_means = [inner_mean(cfg, train, inner) for cfg in CONFIGS]
-        best = max(range(len(CONFIGS)), key=lambda j: (inner_means[j], -j))  # a tie keeps the earlier
-        chosen.append({"fold": k, "config": CONFIGS[best], "inner_ndcg": [round(m, 4) for m in inner_means]})
-        print(f"   {name} outer fold {k}: inner nDCG@10 {inner_means} -> config {best}", flush=True)
-        config = CONFIGS[best]
-        if config is None:
-            for i in fold:
-                learned[i] = default[i]
-            continue
-        scorer = fit_load(config)(_training([learning[i] for i in train]))
-        for i in fold:
-            c = learning[i]
-            learned[i] = _ndcg(reordered(c, scorer(_rows(c))), c.judgments)
-    rows: dict[str, list[float]] = {"default": default, "learned (nested)": learned}
+    for k, (best, means) in enumerate(zip(graded_cv.choices, graded_cv.inner_means, strict=True)):
+        chosen.append({"fold": k, "setting": best, "inner_ndcg": [round(m, 4) for m in means]})
+        print(f"   {name} outer fold {k}: inner nDCG@10 {list(means)} -> setting {best}", flush=True)
+    default = [g[0] for g in now]
+    rows: dict[str, list[float]] = {"default": default, "learned (nested)": [g[0] for g in graded_cv.held_out]}
     for which, label in (("peer_rrf", "peer RRF"), ("peer_convex", "peer convex")):
         values = []
         for case, trace, lc in cases:
@@ -240,18 +200,6 @@ def _level() -> Any:
     return MetricLevel.RESOURCE
 
 
-def _training(cases: list[Any]) -> Any:
-    from memory_core.evaluation.learning import ranking_data
-
-    return ranking_data(cases, _level())
-
-
-def _rows(case: Any) -> list[tuple[float, ...]]:
-    from memory_core.evaluation.learning import window_features
-
-    return [tuple(r) for r in window_features(case.query, case.window)]
-
-
 def _learn_all(engine: Any, quick: bool) -> dict[str, Any]:
     out = {}
     for name, _, _ in COLLECTIONS:
@@ -259,8 +207,10 @@ def _learn_all(engine: Any, quick: bool) -> dict[str, Any]:
             continue
         print(f"   learning {name}", flush=True)
         group = {"group_of": conversation} if name == "locomo-dev" else {}
-        result = engine.learn_project(name, folds=5, **group)
-        out[name] = {**_figures(result), "rerank_ms": _rerank_ms(engine, name, result.model_digest)}
+        result = engine.learn_project(name, folds=OUTER_FOLDS, **group)
+        out[name] = _figures(result)
+        if result.model_digest is not None:  # None: the grid kept the current ranking, no model to time
+            out[name]["rerank_ms"] = _rerank_ms(engine, name, result.model_digest)
         if os.environ.get("MEMCORE_LEARNING_NESTED", "1") != "0":
             out[name]["nested"] = nested(engine, name)
     return out
@@ -307,25 +257,41 @@ def _ci(c: dict[str, float]) -> str:
     return f"{c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]{mark}"
 
 
-def _config(config: dict[str, Any] | None) -> str:
-    from memory_core.adapters.learning.lightgbm_ranker import LightGBMRanker
-
-    if config is None:
+def _config(setting: Any) -> str:
+    if setting is None:
         return "the default fusion, no model"
-    r = LightGBMRanker(**config)
+    r = setting
     sampled = f", {r.feature_fraction:g} of the features a tree" if r.feature_fraction < 1 else ""
     return f"{r.leaves} leaves, {r.min_data_in_leaf} rows a leaf, {r.rounds} rounds, base {r.base_weight:g}{sampled}"
 
 
+def _picked(chosen: dict[str, Any]) -> str:
+    """The grid index a fold chose: recorded as ``setting``, or (results before the grid moved
+    into the core) as the setting's fields, ``config``."""
+    from memory_core.evaluation.learning import SETTINGS, LearnerSetting
+
+    if "setting" in chosen:
+        return str(chosen["setting"])
+    config = chosen["config"]
+    setting = None if config is None else LearnerSetting(**config)
+    return str(SETTINGS.index(setting)) if setting in SETTINGS else "?"
+
+
 def render(result: dict[str, Any]) -> str:
+    from memory_core.evaluation.learning import INNER_FOLDS, SETTINGS
+
     collections = result["collections"]
     first = next(iter(collections.values()))
+    # Results saved since the grid moved into the product record its choice: their folds are nested.
+    how = (f"nested cross-validation ({OUTER_FOLDS} outer folds, each with the setting a {INNER_FOLDS}-fold "
+           f"cross-validation on its training folds chose among the {len(SETTINGS)} below)"
+           if "chosen_setting" in first else "5-fold cross-validation")  # fmt: skip
     lines = [
         "## A ranker learned from judgments (`memcore eval learn`)",
         "",
         f"{measured(result)}: each development collection imported as reviewed cases through the real engine, "
         f"then `Engine.learn_project` as `memcore eval learn` runs it: {first['trainer']} over the features of every "
-        "candidate of the recorded rerank window (`memory_core/evaluation/learning.py`), 5-fold cross-validation "
+        f"candidate of the recorded rerank window (`memory_core/evaluation/learning.py`), {how} "
         "at resource level (by conversation on locomo-dev), against the project's ranking now "
         f"(`{first['current_reranker']}`) on the same windows. Current / learned (each fold's model on its held-out "
         "cases); the gain is in nDCG@10 with its paired 95 % bootstrap interval and sign-flip p; *proposed* is "
@@ -339,12 +305,13 @@ def render(result: dict[str, Any]) -> str:
     lines += [""]
     for name, c in collections.items():
         top = ", ".join(f"{f} {share:.2f}" for f, share in c["importances"])
-        lines.append(f"- {name}: {c['verdict']}; most important features: {top}")
+        chose = f"; final setting: {c['chosen_setting']}" if c.get("chosen_setting") else ""
+        lines.append(f"- {name}: {c['verdict']}{chose}; most important features: {top or 'none (no model)'}")
     nested_rows = {name: c["nested"] for name, c in collections.items() if "nested" in c}
     if nested_rows:
         lines += ["", "**Learned against the default and both peers, with nested cross-validation** (`nested`): "
                       f"{OUTER_FOLDS} outer folds (by conversation on locomo-dev); in each, the learner's settings are "
-                      f"chosen among {len(CONFIGS)} (0: no model, the default ranking kept) by a {INNER_FOLDS}-fold "
+                      f"chosen among {len(SETTINGS)} (0: no model, the default ranking kept) by a {INNER_FOLDS}-fold "
                       "cross-validation on the training folds alone, the model is trained on them and graded on the "
                       "held-out fold. The default (the "
                       "project's fusion on the recorded window) and the peers (FTS5 BM25 + MiniLM fp32 over whole "
@@ -356,11 +323,11 @@ def render(result: dict[str, Any]) -> str:
                   "|---|---:|---:|---:|---:|---:|---|---|---|---|"]  # fmt: skip
         for name, n in nested_rows.items():
             m, v = n["means"], n["learned_vs"]
-            picks = ", ".join(str(CONFIGS.index(c["config"])) if c["config"] in CONFIGS else "?" for c in n["chosen"])
+            picks = ", ".join(_picked(c) for c in n["chosen"])
             lines.append(f"| {name} | {n['cases']} | {m['default']:.3f} | {m['learned (nested)']:.3f} | "
                          f"{m['peer RRF']:.3f} | {m['peer convex']:.3f} | {_ci(v['default'])} | {_ci(v['peer RRF'])} | "
                          f"{_ci(v['peer convex'])} | {picks} |")  # fmt: skip
-        lines += ["", "Settings: " + "; ".join(f"{i} = {_config(c)}" for i, c in enumerate(CONFIGS)) + "."]
+        lines += ["", "Settings: " + "; ".join(f"{i} = {_config(c)}" for i, c in enumerate(SETTINGS)) + "."]
     if all("rerank_ms" in c for c in collections.values()):
         said = "; ".join(f"{name} {c['rerank_ms']['p50']:.2f} / {c['rerank_ms']['p95']:.2f} ms"
                          for name, c in collections.items())  # fmt: skip

@@ -557,7 +557,7 @@ Grades = tuple[float, float, float]  # nDCG@10, Recall@20, MRR
 Fit = Callable[[RankingData, LearnerSetting], FittedModel]
 
 
-def _graded(order: Sequence[RankedItem], judgments: Judgments, level: MetricLevel) -> Grades:
+def graded(order: Sequence[RankedItem], judgments: Judgments, level: MetricLevel) -> Grades:
     g = grade(order, judgments, level)
     return ndcg_at(g, 10) or 0.0, recall_at(g, 20) or 0.0, mrr(g) or 0.0
 
@@ -581,7 +581,7 @@ class Trainer:
         fitted = self.fit(ranking_data([cases[i] for i in train], self.level), setting)
         self.on_fit()
         scorer = self.load(fitted.model)
-        return [_graded(reordered(cases[i], scorer(window_features(cases[i].query, cases[i].window))),
+        return [graded(reordered(cases[i], scorer(window_features(cases[i].query, cases[i].window))),
                         cases[i].judgments, self.level) for i in test]  # fmt: skip
 
 
@@ -696,7 +696,7 @@ def learn(
 
     progress("training", 0, most)
     fitter = Trainer(fit, load, level, on_fit)
-    now = [_graded(reordered(c, current(c.query, c.window)), c.judgments, level) for c in judged]
+    now = [graded(reordered(c, current(c.query, c.window)), c.judgments, level) for c in judged]
     nested = nested_cv(judged, now, settings, fitter, folds=folds, inner_folds=inner_folds)
     gain = PairedGain.of([v[0] for v in nested.held_out], [v[0] for v in now], resamples)
     best, _ = choose_setting(judged, range(len(judged)), now, settings, fitter, folds)
