@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -15,7 +14,7 @@ from memory_core.domain.errors import InvalidActivationState, InvalidRequest
 from memory_core.domain.model import Layer
 from memory_core.entrypoints.bootstrap import bootstrap
 from memory_core.entrypoints.cli import executor, render, wire
-from memory_core.entrypoints.cli.common import emit_json, hint, parse_source, progress_bar
+from memory_core.entrypoints.cli.common import callers_path, emit_json, hint, parse_source, progress_bar
 from memory_core.entrypoints.cli.output_file import OutputFile
 from memory_core.entrypoints.wire_input import decode_json
 from memory_core.operations.executor import Operations
@@ -112,11 +111,9 @@ def project_remove(engine: Operations, args: argparse.Namespace) -> int:
 def project_storage(engine: Operations, args: argparse.Namespace) -> int:
     """``project storage show|move|clear``: Runs, Cases and blobs are never touched."""
     if args.storage_action == "move":
-        # Absolute: a daemon resolves nothing against its own working directory.
-        destination = os.path.abspath(os.path.expanduser(args.destination))
         bar, progress = progress_bar(not args.json)
         with bar, executor.job_progress(engine, "move_project_storage", args.name, progress):
-            storage = engine.move_project_storage(args.name, destination)
+            storage = engine.move_project_storage(args.name, callers_path(args.destination))
     elif args.storage_action == "clear":
         storage = engine.clear_project_storage(args.name)
     else:

@@ -5,6 +5,7 @@ command modules, so that none of them imports another's helpers (no import cycle
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import sys
@@ -52,6 +53,12 @@ def parse_source(raw: str, default_layer: Layer) -> Source:
 
     source_root(resolved)  # a folder that is not there (or not a folder, or unreadable): source_unavailable
     return Source(validate_source_path(resolved), layer)
+
+
+def callers_path(raw: str) -> str:
+    """``raw`` made absolute here, where the user typed it: a daemon resolves nothing against its
+    own working directory."""
+    return os.path.abspath(os.path.expanduser(raw))
 
 
 def emit_json(value: Any) -> None:

@@ -6,13 +6,12 @@ generation keeps serving; ``memcore project show`` shows the progress."""
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any, cast
 
 from memory_core.domain.models import POOLINGS, ModelOverrides
 from memory_core.domain.progress import no_progress
 from memory_core.entrypoints.cli import render, wire
-from memory_core.entrypoints.cli.common import emit_json, hint, progress_bar
+from memory_core.entrypoints.cli.common import callers_path, emit_json, hint, progress_bar
 from memory_core.services.models import ModelView, ProjectModels
 
 
@@ -173,9 +172,7 @@ def model(engine: Any, args: argparse.Namespace) -> int:
             render.console().print(models_table(views))
         return 0
     if args.action == "add":
-        # Absolute: a daemon resolves nothing against its own working directory.
-        path = os.path.abspath(os.path.expanduser(args.path))
-        view = ops.add_model(args.name, path, _overrides(args), args.replace)
+        view = ops.add_model(args.name, callers_path(args.path), _overrides(args), args.replace)
     elif args.action == "remove":
         view = ops.remove_model(args.name)
     else:
