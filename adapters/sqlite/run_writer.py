@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import apsw
 
 from memory_core.adapters.sqlite.database import SiblingSettings
 
 log = logging.getLogger(__name__)
-
-# Traces parked while answers are being sent (``answering``): past this many they start anyway, so
-# answers that always overlap cannot hold the history back.
-MAX_PARKED = 16
 
 
 class RunWriter:
@@ -34,12 +29,6 @@ class RunWriter:
     what was answered) is committed behind the answer; the Run reads ``running`` until then,
     and a crash in between leaves it to recovery (``retrieval_interrupted``). Every read of
     this store ``settle``s first, so this process always reads its own writes.
-
-    While an answer is being sent (``answering``, the daemon's activations) a completed trace is
-    parked and starts once no answer is on its way: the writer's Python (binding ~180 rows, a GIL
-    hand-off at each SQLite call) would otherwise contend for the GIL with the very answer it
-    records, which costs milliseconds on a busy machine (docs/performance.md, *Through the
-    daemon*). The inserts are never parked: ``complete`` waits for them.
 
     An in-memory database (no second connection can see it), or an interpreter shutting down
     (no new thread), gets every write inline instead.
@@ -59,9 +48,6 @@ class RunWriter:
         self._pid = 0
         self._pending: dict[str, concurrent.futures.Future[None]] = {}
         self._behind: set[concurrent.futures.Future[None]] = set()
-        self._answering = 0  # answers on their way (``answering``), in process ``_answering_pid``
-        self._parked: list[Callable[[apsw.Connection], None]] = []  # traces waiting for them
-        self._answering_pid = os.getpid()
 
     def _submit(self, job: Callable[[apsw.Connection], None]) -> concurrent.futures.Future[None] | None:
         """Queue ``job`` for the writer thread (the caller holds ``self._lock``); None: no thread."""
@@ -92,59 +78,14 @@ class RunWriter:
             future.result()
 
     def write_behind(self, write: Callable[[apsw.Connection], None]) -> bool:
-        """Queue ``write`` (it handles its own errors), or park it while an answer is being sent;
-        False when it must run inline instead."""
+        """Queue ``write`` (it handles its own errors); False when it must run inline instead."""
         with self._lock:
-            self._unless_forked()
-            if self._answering and self._sibling is not None:
-                self._parked.append(write)
-                if len(self._parked) < MAX_PARKED:
-                    return True
-                parked, self._parked = self._parked, []
-                future = None
-            else:
-                future = self._submit(write)
-                if future is None:
-                    return False
-                self._behind.add(future)
-        if future is None:
-            self._start(parked)
-        else:
-            future.add_done_callback(self._forget)
-        return True
-
-    @contextlib.contextmanager
-    def answering(self) -> Iterator[None]:
-        """While an answer is being sent: traces completed meanwhile start once no answer is."""
-        with self._lock:
-            self._unless_forked()
-            self._answering += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._answering = max(0, self._answering - 1)
-                parked, self._parked = (self._parked, []) if not self._answering else ([], self._parked)
-            self._start(parked)
-
-    def _unless_forked(self) -> None:
-        """(The caller holds ``self._lock``.) A forked child sends none of its parent's answers."""
-        if self._answering_pid != os.getpid():
-            self._answering_pid, self._answering, self._parked = os.getpid(), 0, []
-
-    def _start(self, writes: list[Callable[[apsw.Connection], None]]) -> None:
-        """Queue parked ``writes`` in order; without a writer thread (the interpreter is shutting
-        down) each runs here, on the main connection."""
-        for write in writes:
-            with self._lock:
-                future = self._submit(write)
-                if future is not None:
-                    self._behind.add(future)
+            future = self._submit(write)
             if future is None:
-                with self._main_lock:
-                    write(self._main)
-            else:
-                future.add_done_callback(self._forget)
+                return False
+            self._behind.add(future)
+        future.add_done_callback(self._forget)
+        return True
 
     def _forget(self, future: concurrent.futures.Future[None]) -> None:
         with self._lock:
@@ -157,11 +98,7 @@ class RunWriter:
         job(self._conn)
 
     def settle(self) -> None:
-        """Wait for every queued or parked write; forget the inserts that succeeded (``wait``
-        needs none)."""
-        with self._lock:
-            parked, self._parked = self._parked, []
-        self._start(parked)
+        """Wait for every queued write; forget the inserts that succeeded (``wait`` needs none)."""
         with self._lock:
             pending = list(self._pending.items())
             behind = list(self._behind)

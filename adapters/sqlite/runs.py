@@ -13,7 +13,6 @@ a crash between the two leaves orphans that the next ``clear`` sweeps.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import threading
@@ -117,11 +116,6 @@ class SqliteRunStore:
     def settle(self) -> None:
         """Return once every write this process queued (inserts, traces) has landed."""
         self._writer.settle()
-
-    def answering(self) -> contextlib.AbstractContextManager[None]:
-        """Around sending an answer (the daemon's activations): a trace completed meanwhile is
-        written once no answer is on its way, not beside it (``RunWriter``)."""
-        return self._writer.answering() if self._write_behind else contextlib.nullcontext()
 
     def close(self) -> None:
         """Finish pending Run writes and stop the writer thread (it restarts on the next Run)."""

@@ -16,16 +16,13 @@ from typing import Any
 import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memory_core.domain.errors import InvalidRequest, MemoryCoreError
 from memory_core.entrypoints.daemon import api, dispatch
 from memory_core.entrypoints.wire_input import encodable
-from memory_core.operations.runs import activate_memory
 
 log = logging.getLogger("memory_core.daemon")
 JSON = "application/json"
@@ -79,27 +76,6 @@ async def read_body(request: Request, limit: int) -> bytes:
         raise InvalidRequest("the connection closed before the request body was complete",
                              reason="body_incomplete") from None  # fmt: skip
     return bytes(body)
-
-
-class _AnswerBeforeTrace:
-    """An activation's answer is sent before the Run's trace is written: the recorder parks
-    traces completed while an activation is answered (``SqliteRunStore.answering``) and writes
-    them once no answer is on its way, so the writer thread's GIL hand-offs never slow the answer
-    they record (docs/performance.md, *Through the daemon*). The engine's recorder is read per
-    request (a test swaps it); one without ``answering`` writes as it always does."""
-
-    PATH = f"/v1/{activate_memory.name}"
-
-    def __init__(self, app: ASGIApp, context: dispatch.Context) -> None:
-        self.app, self.context = app, context
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        answering = getattr(self.context.engine.recorder, "answering", None)
-        if answering is None or scope["type"] != "http" or scope["path"] != self.PATH:
-            await self.app(scope, receive, send)
-            return
-        with answering():
-            await self.app(scope, receive, send)
 
 
 def create_app(context: dispatch.Context, *, max_body_bytes: int = api.MAX_BODY_BYTES) -> Starlette:
@@ -162,5 +138,4 @@ def create_app(context: dispatch.Context, *, max_body_bytes: int = api.MAX_BODY_
             Route("/v1/{method}", call, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
         ],
         exception_handlers={HTTPException: http_error},
-        middleware=[Middleware(_AnswerBeforeTrace, context=context)],
     )

@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 from memory_core.adapters.files.blob_store import FileBlobStore
 from memory_core.adapters.sqlite import SCHEMA_VERSION, SqliteCatalog, open_database, schema_version
 from memory_core.adapters.sqlite.run_rows import UnitColumns, heading_path_json
-from memory_core.adapters.sqlite.run_writer import MAX_PARKED
 from memory_core.adapters.sqlite.runs import AFTER_CANDIDATES, AFTER_CLEAR_COMMIT, SqliteRunStore
 from memory_core.adapters.system.crash_points import CRASH_EXIT, CRASH_POINT_ENV
 from memory_core.domain.canonical import plain
@@ -662,77 +661,3 @@ def test_unit_columns_stay_bounded() -> None:
         columns(unit)
     assert len(columns._seen) <= 10
     assert [columns(u)[0] for u in units] == [f"u{i}" for i in range(25)]
-
-
-# -- traces wait for the answer they record (the daemon's ``answering``) ----------------------------
-
-
-def _status(conn: apsw.Connection, run_id: str) -> str:
-    """Read without the store (its reads settle first, which starts parked traces)."""
-    return str(conn.execute("SELECT status FROM retrieval_runs WHERE run_id = ?", (run_id,)).fetchall()[0][0])
-
-
-def test_a_trace_completed_while_an_answer_is_sent_is_written_once_it_is(home):
-    conn, _, _ = home
-    store = SqliteRunStore(conn)
-    trace = trace_of(ranked(3))
-    with store.answering():
-        run_id = store.start(run_start())
-        store.complete(run_id, trace)
-        time.sleep(0.3)  # ample for the writer thread, had the trace been queued
-        assert _status(conn, run_id) == RUNNING
-        assert count(conn, "retrieval_run_candidates") == 0
-    assert store.get_run(run_id).summary.status == SUCCEEDED
-    assert count(conn, "retrieval_run_candidates") == len(trace.candidates) > 0
-    store.close()
-
-
-def test_parked_traces_wait_for_the_last_answer_on_its_way(home):
-    conn, _, _ = home
-    store = SqliteRunStore(conn)
-    with store.answering():
-        with store.answering():
-            run_id = store.start(run_start())
-            store.complete(run_id, trace_of(ranked(2)))
-        time.sleep(0.3)
-        assert _status(conn, run_id) == RUNNING  # another answer is still being sent
-    store.settle()
-    assert _status(conn, run_id) == SUCCEEDED
-    store.close()
-
-
-def test_a_read_writes_the_parked_traces_first(home):
-    conn, _, _ = home
-    store = SqliteRunStore(conn)
-    with store.answering():
-        run_id = store.start(run_start())
-        store.complete(run_id, trace_of(ranked(2)))
-        assert store.get_run(run_id).summary.status == SUCCEEDED  # this process reads its own writes
-    store.close()
-
-
-def test_answers_that_never_end_cannot_hold_the_history_back(home):
-    conn, _, _ = home
-    store = SqliteRunStore(conn)
-    with store.answering():
-        run_ids = [store.start(run_start(i=i)) for i in range(MAX_PARKED)]
-        for run_id in run_ids[:-1]:
-            store.complete(run_id, trace_of(ranked(1)))
-        time.sleep(0.3)
-        assert {_status(conn, r) for r in run_ids} == {RUNNING}
-        store.complete(run_ids[-1], trace_of(ranked(1)))  # the MAX_PARKED-th starts them all
-        deadline = time.monotonic() + 10
-        while {_status(conn, r) for r in run_ids} != {SUCCEEDED} and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert {_status(conn, r) for r in run_ids} == {SUCCEEDED}
-    store.close()
-
-
-def test_writing_before_the_answer_parks_nothing(home):
-    conn, _, _ = home
-    store = SqliteRunStore(conn, write_behind=False)  # --sync-history: committed before complete returns
-    with store.answering():
-        run_id = store.start(run_start())
-        store.complete(run_id, trace_of(ranked(2)))
-        assert _status(conn, run_id) == SUCCEEDED
-    store.close()

@@ -4,8 +4,6 @@ between what an activation returned and what its Run recorded."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -150,34 +148,3 @@ def test_run_methods_are_in_the_table_and_the_contract(method: str, contract: Co
     if method == "get_retrieval_run":
         responses = contract.document["paths"]["/v1/get_retrieval_run"]["post"]["responses"]
         assert "run_not_found" in responses["404"]["description"]
-
-
-class _Answering:
-    """The engine's recorder, with ``answering`` as the SQLite store has it, noting the order."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.events = inner, []  # type: list[str]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def complete(self, run_id: str, trace: Any) -> None:
-        self.events.append("complete")
-        self.inner.complete(run_id, trace)
-
-    @contextlib.contextmanager
-    def answering(self) -> Iterator[None]:
-        self.events.append("answering")
-        yield
-        self.events.append("answer sent")
-
-
-def test_an_activation_is_answered_before_its_trace_is_written(http: TestClient, context: Context) -> None:
-    indexed(http)
-    recorder = _Answering(context.engine.recorder)
-    context.engine.recorder = recorder  # type: ignore[assignment]
-    answer = activate(http)
-    assert recorder.events == ["answering", "complete", "answer sent"]
-    ok(http, "list_projects", {})  # other methods write nothing: no answer is held for them
-    assert recorder.events == ["answering", "complete", "answer sent"]
-    assert ok(http, "get_retrieval_run", {"run_id": answer["run_id"]})["summary"]["status"] == "succeeded"
