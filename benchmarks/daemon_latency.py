@@ -404,7 +404,7 @@ def _closing(result: Mapping[str, Any]) -> str:
         f"slower undone), and the engine now takes {_ratio(now, 'ratio_p50')} of its time before. The answers are "
         "unchanged: every candidate's ranks and scores and every fragment of all 1,869 judged queries of the four "
         "collections equal those with both engine changes undone, and `tests/adapters/test_lucene_hits.py` holds "
-        "the BM25 read to Anserini's; the parked trace changes no answer and no Run."
+        "the BM25 read to Anserini's."
     )
 
 
@@ -454,12 +454,13 @@ the request path on Cranfield, load 5-8; per-thread CPU from `/proc/<pid>/task` 
   the trace. apsw hands the GIL back and forth at each SQLite call, so a thread writing a trace
   slows the Python threads beside it (a pure-Python loop went from 0.74 to 1.23 ms p50, p90 11.8,
   beside a writer thread): it was the 1.2-1.4 ms wait for the event loop to resume after the
-  worker. Now a trace completed while an activation's answer is being sent waits until it has
-  gone (`RunWriter.answering`, held around `activate_memory` by the daemon app): that wait fell to
-  0.3-0.4 ms, and with a 30 ms pause between queries (an agent's pace) a whole call went from 20.4
-  to 19.0 ms p50 (p90 58 to 44). In this benchmark's back-to-back pattern the A/B was within noise
-  (Cranfield -0.7 ms, SciFact +0.8 at load 6-8): the trace is then written while the caller reads
-  the answer or asks the next question.
+  worker. Parking a trace completed while an activation's answer was sent (810b090) cut that wait
+  to 0.3-0.4 ms, and with a 30 ms pause between queries (an agent's pace) a whole call went from
+  20.4 to 19.0 ms p50 (p90 58 to 44, one run); in this benchmark's back-to-back pattern the A/B was
+  within noise (Cranfield -0.7 ms, SciFact +0.8 at load 6-8). It was reverted (f19a54c): parking
+  lasted while any activation request was open, so one client that never sent its body kept every
+  other Run's trace unwritten until 16 piled up (a kill then lost them as interrupted), and a read
+  racing the drain could see a Run still running. The tables above were measured with it in.
 - *The JVM's compilers* keep compiling Lucene's long tail for thousands of searches: about 2.7 ms
   of C1/C2 CPU per search over the first 400 (this benchmark's whole window), still about 1 ms
   after 2,000-4,000, on the other core. C1 only (`-XX:TieredStopAtLevel=1`) stops that but a
