@@ -6,7 +6,8 @@ name, identifiers in the path, title or headings (``ADR-0042``, ``snake_case``, 
 never to fire on ordinary words or bare numbers, so a bare file stem such as ``5`` or
 ``rollback`` is not a key, identifiers need an upper-case prefix (``ADR-``) or an inner
 separator, and slugs and title or heading identifiers need one resource (a title, heading or
-identifier that several resources share identifies none of them).
+identifier that several resources share there identifies none of them; an identifier in a
+resource's own path always names it).
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ MIN_SLUG_WORDS = 3
 MAX_SLUG_WORDS = 12
 
 REVISION = "exact-identity-v3"  # v2: a slug several resources share is no key; v3: nor is an identifier
-# The kinds of key that several resources sharing is no key of any of them (a path or file name is one
-# resource's alone by construction).
+# The kinds of key that several resources sharing in a title or heading is no key of any of them (a
+# path or file name is one resource's alone by construction; an identifier in a path stays its own).
 _SHARED_IS_NO_KEY = (IDENTIFIER, SLUG)
 
 
@@ -70,7 +71,10 @@ class ExactIndex:
         self._order = {u.unit_id: i for i, u in enumerate(units)}
         self._keys: dict[str, list[tuple[str, int]]] = defaultdict(list)
         by_resource: dict[str, list[Unit]] = defaultdict(list)
-        carriers: dict[str, set[str]] = defaultdict(set)  # resources holding a key as a slug or identifier
+        # Resources holding a key as a slug or identifier, and the entries sharing removes (those
+        # not from the resource's own path).
+        carriers: dict[str, set[str]] = defaultdict(set)
+        shareable: set[tuple[str, str]] = set()
         for unit in units:
             by_resource[unit.resource_id].append(unit)
         for resource_id, resource_units in by_resource.items():
@@ -84,6 +88,10 @@ class ExactIndex:
                 resource_keys.setdefault(key, FILE_NAME)
             for key in _identifiers(resource_id) | _identifiers(title):
                 resource_keys.setdefault(key, IDENTIFIER)
+            # An identifier in the resource's own path names it however many share it: the files of
+            # ``incidents/INC-7/`` are INC-7's, and ``ADR-0042-use-postgres.md`` stays ADR-0042's
+            # when a meeting note's heading mentions it.
+            own = {key for key in _identifiers(resource_id) if resource_keys[key] == IDENTIFIER}
             title_words = slug_words(title)
             if MIN_SLUG_WORDS <= len(title_words) <= MAX_SLUG_WORDS:
                 resource_keys.setdefault("-".join(title_words), SLUG)
@@ -99,14 +107,16 @@ class ExactIndex:
                     self._keys[key].append((unit.unit_id, weight))
                     if weight in _SHARED_IS_NO_KEY:
                         carriers[key].add(resource_id)
+                        if key not in own:
+                            shareable.add((key, unit.unit_id))
         # A title or heading that several resources share ("Information Retrieval Systems",
         # "How to run the tests") names none of them: its slug is no key there. On CISI such
         # slugs put 29 units first for 8 queries, 1 of them relevant. The same holds for an
-        # identifier in several titles or paths: SciFact's "PD-1", "HIV-1" or "IL-6" put about 10
+        # identifier in several titles or headings: SciFact's "PD-1", "HIV-1" or "IL-6" put about 10
         # units first for 75 of 809 claims, most of them not relevant (docs/ranking.md).
         for key, resources in carriers.items():
             if len(resources) > 1:
-                kept = [(unit_id, weight) for unit_id, weight in self._keys[key] if weight not in _SHARED_IS_NO_KEY]
+                kept = [(unit_id, weight) for unit_id, weight in self._keys[key] if (key, unit_id) not in shareable]
                 if kept:
                     self._keys[key] = kept
                 else:

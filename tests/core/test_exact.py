@@ -108,3 +108,28 @@ def test_an_identifier_several_resources_share_is_no_key() -> None:
     assert found("Responses to PD-1 blockade") == ["src/PD-1.md#0"]
     assert found("how does posting_engine batch") == []
     assert found("Activation of CED-10 in mutants") == ["c.md#0"]
+
+
+def test_an_identifier_in_a_resources_own_path_names_it_however_many_share_it() -> None:
+    # The review of exact-identity-v3 found path identifiers dropped with the titles' ones: an ADR
+    # lost its own key when a meeting note's heading mentioned it, and an incident's files theirs.
+    index = ExactIndex(
+        [
+            unit(ADR, 0, "ADR-0042: Use Postgres"),
+            unit("notes/meeting.md", 0, "Weekly", "Follow up on ADR-0042"),
+            unit("incidents/INC-7/timeline.md", 0, "Timeline"),
+            unit("incidents/INC-7/postmortem.md", 0, "Postmortem"),
+            unit("services/payment_api/readme.md", 0, "Payments"),
+            unit("services/payment_api/deploy.md", 0, "Deploying"),
+            unit("notes/other.md", 0, "Other", "Calling payment_api from jobs"),
+        ]
+    )
+
+    def found(query: str) -> set[str]:
+        return {m.unit_id for m in index.search(query)}
+
+    # The path's identifier keeps naming the ADR; the meeting note's heading mention, shared with
+    # the ADR's title, names neither (v2 put both first).
+    assert found("what did we decide in ADR-0042") == {f"{ADR}#0"}
+    assert found("INC-7 root cause") == {"incidents/INC-7/timeline.md#0", "incidents/INC-7/postmortem.md#0"}
+    assert found("payment_api deploy steps") == {"services/payment_api/readme.md#0", "services/payment_api/deploy.md#0"}
