@@ -314,8 +314,11 @@ def _serve_current(parts: ActivationParts, served: OpenGenerations, project_id: 
     for _ in range(_MOVED_RETRIES):
         try:
             return served.serve(project_id, current, parts.generations, parts.manifests, parts.lexical, parts.vectors)
-        except Exception:
-            again = parts.catalog.current_generation(project_id)
+        except Exception as failure:
+            try:
+                again = parts.catalog.current_generation(project_id)
+            except Exception:
+                raise failure from None  # the opening's error is the one to report
             if current is None or again is None or again.directory == current.directory:
                 raise
             log.info("project %s: its generation moved to %s while it was opened; reading it there",

@@ -71,12 +71,18 @@ def open_generation(
         ) from exc
     units = generations.load_units(directory)
     manifest = stored_manifest(manifests, current.effective_memory_hash, project_id)
+    lexical_searcher = lexical.open(directory / LEXICAL_DIR)
+    try:
+        vector_searcher = vectors.open(directory / VECTOR_DIR)
+    except BaseException:
+        lexical_searcher.close()  # else its reader keeps the (perhaps deleted) files open
+        raise
     return OpenGeneration(
         current,
         units,
         {e.resource_id: e.uri for e in manifest},
-        lexical.open(directory / LEXICAL_DIR),
-        vectors.open(directory / VECTOR_DIR),
+        lexical_searcher,
+        vector_searcher,
         {e.resource_id: e.resource_hash for e in manifest},
     )
 

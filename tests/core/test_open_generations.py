@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from memory_core.domain.errors import GenerationCorrupted, RetrievalFailed
@@ -37,3 +39,31 @@ def test_activating_a_generation_whose_manifest_is_lost_fails_typed() -> None:
     assert recorder.failed[-1][1].error_code == "generation_corrupted"
     # A re-index chunks afresh instead of failing on the lost manifest.
     assert engine.index("demo", force=True).status == "built"
+
+
+def test_a_generation_whose_vectors_fail_to_open_leaves_no_lexical_searcher_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A move can delete a generation between its lexical and its vector index opening: the
+    lexical searcher already open is closed, or its reader would hold the deleted files."""
+    engine = make_engine()
+    engine.index("demo")
+    opened: list[Any] = []
+    closed: list[Any] = []
+    lexical_open = type(engine.lexical).open
+
+    def tracked(factory: Any, directory: Any) -> Any:
+        searcher = lexical_open(factory, directory)
+        opened.append(searcher)
+        searcher_close = type(searcher).close
+        monkeypatch.setattr(type(searcher), "close", lambda s: (closed.append(s), searcher_close(s))[1])
+        return searcher
+
+    def gone(factory: Any, directory: Any) -> Any:
+        raise GenerationCorrupted("the vector index went away", directory=str(directory))
+
+    monkeypatch.setattr(type(engine.lexical), "open", tracked)
+    monkeypatch.setattr(type(engine.vectors), "open", gone)
+    with pytest.raises(RetrievalFailed):
+        engine.activate("demo", "rollback")
+    assert opened and closed == opened
