@@ -582,7 +582,7 @@ class Trainer:
         self.on_fit()
         scorer = self.load(fitted.model)
         return [graded(reordered(cases[i], scorer(window_features(cases[i].query, cases[i].window))),
-                        cases[i].judgments, self.level) for i in test]  # fmt: skip
+                       cases[i].judgments, self.level) for i in test]  # fmt: skip
 
 
 def choose_setting(cases: Sequence[LearningCase], among: Sequence[int], now: Sequence[Grades],
