@@ -50,7 +50,9 @@ from memory_core.runs.records import CandidateRecord
 
 # Change it whenever ``window_features`` changes what a column means: every stored model then
 # refuses to load rather than rank with columns it never saw.
-FEATURE_REVISION = "ltr-features-v1"
+# v2: the exact columns come from exact-identity-v3 (a title or heading identifier several
+# resources share matches none of them), so a model trained on v2's exact matches is not reused.
+FEATURE_REVISION = "ltr-features-v2"
 MODEL_FORMAT = "memory-core-learned-ranker"
 # Bounds on one training (the adapter bounds rounds and leaves): rows are (case, window unit)
 # pairs; 200,000 rows of ~30 features are ~50 MB as floats and a few seconds of one core.
