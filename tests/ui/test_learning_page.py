@@ -29,12 +29,19 @@ def test_the_learning_panel_learns_on_reviewed_cases_and_shows_its_gain_and_feat
     page.goto(ui_daemon.url(f"/evaluation?project={PROJECT}"))
     page.get_by_role("button", name="Learn from reviewed cases").click()
     expect(page.locator("#learn-verdict")).to_be_visible()
-    stored = ui_daemon.call("list_learnings", project_id=PROJECT).learnings[0]
-    expect(page.locator("#learn-verdict")).to_have_text(stored.verdict)
-    panel = page.locator("#learn-result")
-    expect(panel).to_contain_text(stored.model_digest[:12])
-    expect(panel).to_contain_text(stored.importances[0].feature)
-    expect(panel).to_contain_text(f"{stored.gain:+.4f}".lstrip("+") if stored.gain < 0 else f"+{stored.gain:.4f}")
+    stored = _shows_the_latest_learning(page, ui_daemon)
+    if stored.model_digest is None:
+        # On this page's few cases the grid's inner folds may keep the current ranking (no model).
+        # A learning with the shipped learner alone, as a job's process runs it on the same home,
+        # has a model: the page shows the latest learning on the next visit, with its features.
+        from memory_core.entrypoints.bootstrap import bootstrap
+        from memory_core.evaluation.learning import LearnerSetting
+
+        with bootstrap(ui_daemon.home) as engine:
+            engine.learn_project(PROJECT, settings=(LearnerSetting(),))
+        page.reload()
+        stored = _shows_the_latest_learning(page, ui_daemon)
+        assert stored.model_digest is not None, stored.verdict
     shoot(page, "evaluation-learning")
     page.reload()  # the latest learning is shown on the next visit
     expect(page.locator("#learn-verdict")).to_have_text(stored.verdict)
@@ -45,3 +52,20 @@ def test_the_learning_panel_learns_on_reviewed_cases_and_shows_its_gain_and_feat
         assert after.in_use is not None and after.in_use.source == f"learn:{stored.learn_id}"
     else:
         expect(page.get_by_role("button", name="Rank with this model")).to_have_count(0)
+
+
+def _shows_the_latest_learning(page: Any, ui_daemon: UiDaemon) -> Any:
+    """The panel shows the project's latest stored learning: verdict, gain, setting, model."""
+    stored = ui_daemon.call("list_learnings", project_id=PROJECT).learnings[0]
+    expect(page.locator("#learn-verdict")).to_have_text(stored.verdict)
+    panel = page.locator("#learn-result")
+    if stored.gain is not None:
+        expect(panel).to_contain_text(f"{stored.gain:+.4f}".lstrip("+") if stored.gain < 0 else f"+{stored.gain:.4f}")
+    if stored.chosen_setting is not None:
+        expect(panel).to_contain_text(stored.chosen_setting)
+    if stored.model_digest is not None:
+        expect(panel).to_contain_text(stored.model_digest[:12])
+        expect(panel).to_contain_text(stored.importances[0].feature)
+    else:
+        expect(page.get_by_role("button", name="Rank with this model")).to_have_count(0)
+    return stored

@@ -20,6 +20,9 @@ function learningFacts(r, onApply) {
       ["Cross-validated gain, 95 % interval", gainText(r)],
       ["Most important features", r.importances.length
         ? r.importances.slice(0, 5).map((f) => `${f.feature} ${fmtNum(f.share, 2)}`).join(", ") : "—"],
+      // Older learnings (one setting, before the grid) carry no choice.
+      ["Setting chosen (all cases; per fold)", r.chosen_setting
+        ? `${r.chosen_setting}; ${(r.fold_settings || []).join(" | ")}` : "—"],
       ["Model", r.model_digest ? `${r.model_digest.slice(0, 12)} (${r.feature_revision})` : "—"],
     ]),
     r.proposed ? h("button", { type: "button", id: "learn-apply", onclick: () => onApply(r) }, "Rank with this model") : null);
