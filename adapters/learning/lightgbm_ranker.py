@@ -31,20 +31,12 @@ BASE_HEADER = "memory-core base_weight="  # the first line of a model's text; Li
 
 
 @attrs.frozen
-class LightGBMRanker:
-    # Small, shallow and slow: chosen on the dev collections' cross-validation (docs/ranking.md),
-    # where deeper trees fitted a few hundred queries' noise.
-    rounds: int = 100
-    leaves: int = 7
+class LightGBMRanker(LearnerSetting):
+    """LightGBM fitting a ``LearnerSetting`` (the core's defaults are the shipped learner: small,
+    shallow and slow, chosen on the dev collections' cross-validation, docs/ranking.md, where deeper
+    trees fitted a few hundred queries' noise), with the learning rate, which no setting changes."""
+
     learning_rate: float = 0.03
-    min_data_in_leaf: int = 50
-    # Boost from the default fusion's ranking rather than from nothing: every query starts at
-    # ``base_weight * fusion_prior`` (LightGBM's init_score) and the trees learn what to change, so
-    # a model fitted on a few hundred queries stays near a ranking that already works (0: off).
-    base_weight: float = 10.0
-    # Share of the features each tree may split on (1: all): with ~40 correlated columns and a
-    # few hundred queries, sampling them is a regulariser a small collection can choose.
-    feature_fraction: float = 1.0
 
     def __attrs_post_init__(self) -> None:
         if not 1 <= self.rounds <= MAX_ROUNDS or not 2 <= self.leaves <= MAX_LEAVES:
