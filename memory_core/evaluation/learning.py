@@ -474,22 +474,43 @@ def setting_label(setting: LearnerSetting | None) -> str:
     return KEEP_CURRENT_LABEL if setting is None else setting.label
 
 
-def training_work(rows: int, settings: Sequence[LearnerSetting | None], folds: int,
+def training_work(cases: Sequence[LearningCase], settings: Sequence[LearnerSetting | None], folds: int,
                   inner_folds: int = INNER_FOLDS) -> int:  # fmt: skip
-    """An upper bound on a learning's row-rounds (each fit counted at all ``rows``): every model
-    setting fitted on each outer fold's inner folds and on each fold of the final choice, then the
-    chosen setting on each outer fold and on all cases."""
-    models = [s for s in settings if s is not None]
-    each = sum(s.rounds for s in models) * (folds * inner_folds + folds)
-    chosen = (folds + 1) * max((s.rounds for s in models), default=0)
-    return rows * (each + chosen)
+    """The row-rounds ``learn`` trains on ``cases`` (the judged ones it learns from), each fit at the
+    rows it is given: every model setting on each inner training split of each outer fold (the
+    folds ``nested_cv`` and ``choose_setting`` make) and on each training split of the final
+    choice, then one model on each outer fold's training folds and one on all cases, counted at the
+    grid's most rounds (which setting the folds choose is not known before they train)."""
+    rounds = [s.rounds for s in settings if s is not None]
+    if not rounds:
+        return 0
+    size = [len(c.window) for c in cases]
+
+    def splits(among: Sequence[int], k: int) -> int:
+        """Rows of all of ``choose_setting``'s training splits over ``cases[among]`` (0: it fits nothing)."""
+        groups = [cases[i].group for i in among]
+        k = min(k, len(set(groups)))
+        if len(settings) == 1 or k < 2:
+            return 0
+        held = [sum(size[among[j]] for j in part) for part in fold_groups(groups, k)]
+        return sum(size[i] for i in among) * len(held) - sum(held)
+
+    everyone = range(len(cases))
+    work = sum(rounds) * splits(everyone, folds) + max(rounds) * sum(size)
+    for fold in fold_groups([c.group for c in cases], folds):
+        held = set(fold)
+        train = [i for i in everyone if i not in held]
+        work += sum(rounds) * splits(train, inner_folds) + max(rounds) * sum(size[i] for i in train)
+    return work
 
 
-def check_work(rows: int, settings: Sequence[LearnerSetting | None], folds: int,
+def check_work(cases: Sequence[LearningCase], settings: Sequence[LearnerSetting | None], folds: int,
                inner_folds: int = INNER_FOLDS) -> int:  # fmt: skip
-    """``training_work``; ``InvalidRequest`` above ``MAX_TRAINING_WORK`` (before any training)."""
-    work = training_work(rows, settings, folds, inner_folds)
+    """``training_work``; ``InvalidRequest`` above ``MAX_TRAINING_WORK``. ``learn`` calls it once,
+    on the cases it will train on, before any training."""
+    work = training_work(cases, settings, folds, inner_folds)
     if work > MAX_TRAINING_WORK:
+        rows = sum(len(c.window) for c in cases)
         raise InvalidRequest(
             f"{rows:,} window units x {len(settings)} settings x {folds} folds is {work:,} row-rounds of training, "
             f"more than the {MAX_TRAINING_WORK:,} one learning takes: learn on fewer cases or with fewer folds",
@@ -675,7 +696,6 @@ def learn(
         raise InvalidRequest("learning needs at least one setting and at least 2 inner folds")
     judged = [c for c in cases if c.window and grade([], c.judgments, level).relevant > 0]
     rows = check_rows(judged)
-    check_work(rows, settings, folds, inner_folds)
     groups = len({c.group for c in judged})
     labels_ = tuple(setting_label(s) for s in settings)
     base: dict[str, Any] = dict(learn_id=learn_id, project_id=project_id, created_at=created_at,
@@ -688,6 +708,7 @@ def learn(
                    f"{folds}-fold cross-validation needs at least {needed} cases in {folds} groups")  # fmt: skip
         return LearnResult(verdict=verdict, trainer=trainer(LearnerSetting()), seconds=round(clock() - t0, 3),
                            **base), None  # fmt: skip
+    check_work(judged, settings, folds, inner_folds)  # the one bound on the work, before any training
     models = sum(s is not None for s in settings)
     most = models * (folds * inner_folds + folds) + folds + 1
     fitted = [0]

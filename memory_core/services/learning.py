@@ -26,8 +26,6 @@ from memory_core.evaluation.learning import (
     LearnResult,
     RankingData,
     RefusedModelFallback,
-    check_rows,
-    check_work,
     learn,
     learning_case,
 )
@@ -81,7 +79,6 @@ def learn_project(
     learning = [learning_case(i, c.query) for c, i in zip(usable, inputs, strict=True)]
     if group_of is not None:
         learning = [attrs.evolve(c, group=group_of(c)) for c in learning]
-    check_work(check_rows(learning), settings, folds)  # before any training
 
     def score_now(query: str, window: Sequence[FeatureInput]) -> Sequence[float]:
         return current.rerank(query, window)

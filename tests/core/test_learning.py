@@ -426,29 +426,43 @@ def test_a_learning_over_the_row_bound_is_refused_before_any_training(monkeypatc
     assert result.training_rows == 90 and fitted
 
 
-def test_the_grids_training_work_is_bounded_before_any_training(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_grids_training_work_is_what_the_training_does_and_is_bounded_once_before_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import memory_core.evaluation.learning as learning
     from memory_core.domain.errors import InvalidRequest
 
-    grid = (None, LearnerSetting(rounds=10), LearnerSetting(rounds=20))
-    # 100 rows x (30 rounds x (5 x 3 inner + 5 final) folds + (5 + 1) chosen fits x 20 rounds)
-    work = training_work(100, grid, 5)
-    assert work == 100 * (30 * 20 + 6 * 20) and training_work(100, (None,), 5) == 0
-    assert training_work(100, grid, 10) > work and training_work(100, grid[:2], 5) < work
-    fitted: list[LearnerSetting] = []
+    # Cases of uneven windows in groups of two, so folds differ in rows; every setting has the same
+    # rounds, so the bound's "chosen setting at the grid's most rounds" is exact and the count must
+    # equal the rows x rounds of the fits the learning makes.
+    cases = [attrs.evolve(_case(n, 900, group=f"g{n // 2}"), window=_case(n, 900).window[: 4 + n % 7])
+             for n in range(24)]  # fmt: skip
+    unjudged = [attrs.evolve(_case(100 + n, 900), judgments=Judgments.of()) for n in range(5)]
+    grid = (LearnerSetting(rounds=10), LearnerSetting(rounds=10, leaves=3))
+    done: list[int] = []
 
     def fit(data: RankingData, setting: LearnerSetting) -> FittedModel:
-        fitted.append(setting)
+        done.append(len(data.rows) * setting.rounds)
         return _fit_signal(data)
 
     def run(**kwargs: object) -> object:
-        return learn([_case(n, 900) for n in range(10)], fit=fit, load=_load_signal, current=_current,  # type: ignore[arg-type]
+        return learn(cases + unjudged, fit=fit, load=_load_signal, current=_current,  # type: ignore[arg-type]
                      current_revision="c", trainer=lambda s: "t", learn_id="L", project_id="p", created_at="now",
                      settings=grid, resamples=50, **kwargs)  # fmt: skip
 
+    work = training_work(cases, grid, 5)
+    run()
+    assert sum(done) == work  # the cases without a judgment are not trained on, nor counted
+    # Fewer rows than "every fit at all rows": inner fits see (k - 1) / k of a fold's training rows.
+    rows = sum(len(c.window) for c in cases)
+    assert work < rows * 20 * (5 * 3 + 5 + 6)
+    assert training_work(cases, (None,), 5) == 0 and training_work(cases, grid[:1], 5) < work
+    assert training_work(cases, grid, 4) < work < training_work(cases, grid + (LearnerSetting(rounds=30),), 5)
+    # Over the bound: refused before any fit, whatever the unjudged cases hold.
+    done.clear()
     monkeypatch.setattr(learning, "MAX_TRAINING_WORK", work - 1)
     with pytest.raises(InvalidRequest, match="row-rounds of training") as caught:
         run()
-    assert caught.value.details["work"] == work and fitted == []
+    assert caught.value.details["work"] == work and caught.value.details["rows"] == rows and done == []
     run(folds=4)  # fewer folds, less work: within the bound
-    assert fitted
+    assert sum(done) == training_work(cases, grid, 4)
