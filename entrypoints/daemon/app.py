@@ -7,9 +7,11 @@ writes JSON.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -56,26 +58,67 @@ async def read_json(request: Request, limit: int) -> Any:
     return api.decode_body(body)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body's bytes, read no further than ``limit``."""
+def declared_length(request: Request, limit: int) -> int | None:
+    """The body's Content-Length (None: none announced), refused at once over ``limit``."""
     declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
-            raise InvalidRequest("Content-Length is not a number")
-        if int(declared) > limit:
-            raise api.RequestTooLarge(f"request body is larger than {limit} bytes", limit=limit)
+    if declared is None:
+        return None
+    if not declared.isdigit():
+        raise InvalidRequest("Content-Length is not a number")
+    if int(declared) > limit:
+        raise api.RequestTooLarge(f"request body is larger than {limit} bytes", limit=limit)
+    return int(declared)
+
+
+async def read_body(request: Request, limit: int, grow: Callable[[int], None] | None = None) -> bytes:
+    """The body's bytes, read no further than ``limit``; ``grow`` hears its size as it arrives
+    (a ``HeldBody``'s: past its bound it raises ``DaemonBusy``, raised here once the body is
+    read through, keeping nothing of it)."""
+    declared_length(request, limit)
     body = bytearray()
+    received, busy = 0, None
     try:
         async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:  # chunked bodies announce no length
+            received += len(chunk)
+            if received > limit:  # chunked bodies announce no length
                 raise api.RequestTooLarge(f"request body is larger than {limit} bytes", limit=limit)
+            if busy is None and grow is not None:
+                try:
+                    grow(received)
+                except api.DaemonBusy as exc:
+                    busy, body = exc, bytearray()
+            if busy is None:
+                body += chunk
     except ClientDisconnect:
         # The client left, or the UI port's body deadline closed it: nobody reads the answer,
         # but the log says what happened (not an internal error).
         raise InvalidRequest("the connection closed before the request body was complete",
                              reason="body_incomplete") from None  # fmt: skip
+    if busy is not None:
+        raise busy
     return bytes(body)
+
+
+async def discard_body(request: Request, limit: int) -> None:
+    """Read the body through (up to ``limit``), keeping none of it: an HTTP/1.1 client sends its
+    whole body before it reads the answer, so one refused unread would hear a reset, not why."""
+    received = 0
+    with contextlib.suppress(ClientDisconnect):
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > limit:
+                return
+
+
+async def held_body(request: Request, limit: int, bodies: dispatch.HeldBodies, name: str) -> dispatch.HeldBody:
+    """Count an undecoded body (``Method.undecoded``) among those the daemon holds, before any of
+    it is read: over their bound, ``DaemonBusy`` (the body read through and dropped)."""
+    declared = declared_length(request, limit)  # too large for ever is said before busy for now
+    try:
+        return bodies.hold(name, declared or 0)
+    except api.DaemonBusy:
+        await discard_body(request, limit)
+        raise
 
 
 def create_app(context: dispatch.Context, *, max_body_bytes: int = api.MAX_BODY_BYTES) -> Starlette:
@@ -91,13 +134,15 @@ def create_app(context: dispatch.Context, *, max_body_bytes: int = api.MAX_BODY_
         started = time.perf_counter()
         name = request.path_params["method"]
         code = "ok"
+        held: dispatch.HeldBody | None = None
         try:
             method = dispatch.lookup(name)
             limit = method.max_body_bytes or max_body_bytes
             if request.method == "GET" and method.allow_get:
                 typed = api.structure(converter, {}, method.request)
             elif request.method == "POST" and method.undecoded:
-                typed = await read_body(request, limit)  # decoded where it runs (a fixture: in its job)
+                held = await held_body(request, limit, context.bodies, name)  # released once answered
+                typed = await read_body(request, limit, held.grow)  # decoded where it runs (a fixture: in its job)
             elif request.method == "POST":
                 typed = api.structure(converter, await read_json(request, limit), method.request)
             else:
@@ -112,6 +157,9 @@ def create_app(context: dispatch.Context, *, max_body_bytes: int = api.MAX_BODY_
             log.exception("internal error in %s", name)
             code = "internal_error"
             response = error_response(MemoryCoreError("internal error; see the daemon log", method=name))
+        finally:
+            if held is not None:
+                held.release()
         log.info(
             "request",
             extra={"fields": {"method": name, "status": response.status_code, "code": code,

@@ -22,7 +22,15 @@ from memory_core.domain import errors as err
 from memory_core.domain.jobs import RUNNING, JobInfo
 from memory_core.entrypoints.bootstrap import Watcher
 from memory_core.entrypoints.daemon import api
-from memory_core.entrypoints.daemon.jobs import FROM_BODY, JobBoard, JobRunner, request_from_body
+from memory_core.entrypoints.daemon.jobs import (
+    BODIES_ENV,
+    BODIES_HELD,
+    BODY_BYTES_HELD,
+    FROM_BODY,
+    JobBoard,
+    JobRunner,
+    request_from_body,
+)
 from memory_core.operations import (
     JOB,
     MCP,
@@ -97,6 +105,9 @@ class Context:
     jobs: JobRunner | None = None
     # Every job, run in a child or here: what list_jobs shows and cancel_job finds (the runner's too).
     board: JobBoard = attrs.field(factory=JobBoard)
+    # The undecoded bodies (``Method.undecoded``) held at once, and their bytes: the app holds one
+    # from before it reads its body to its job's answer; past the bound it answers daemon_busy.
+    bodies: HeldBodies = attrs.field(factory=lambda: HeldBodies())
 
     def __attrs_post_init__(self) -> None:
         if self.jobs is not None:
@@ -131,8 +142,12 @@ class Context:
         """A job whose request comes as its body, undecoded (``Method.undecoded``): decoded and
         checked where it runs, in the job's process; without a runner, here (run under the engine lock)."""
         if self.jobs is None:
-            with self.board.job(name, ()):
-                op, request = request_from_body(name, body)
+            with self.board.job(name, ()) as job:
+                try:
+                    op, request = request_from_body(name, body)
+                except err.MemoryCoreError:
+                    job.refused = True  # as in a job's process: failed on its input alone
+                    raise
                 with self.engine_held():
                     return op.handler(self.engine, request)
         return self._in_child(name, body)
@@ -148,6 +163,79 @@ class Context:
     def _count(self, delta: int) -> None:
         with self._gauge:
             self.in_flight += delta
+
+
+@attrs.define
+class HeldBodies:
+    """How many undecoded bodies (``jobs.FROM_BODY``: a fixture of up to 256 MiB each) the daemon
+    holds at once, and their bytes, within ``max_bodies`` and ``max_bytes``. Without a bound a
+    client sending many imports at once had the daemon keep every body (and start a job process
+    for each) until its job ended; now the one past the bound is refused (``DaemonBusy``) before
+    any of its body is kept, and those held go on as before."""
+
+    max_bodies: int = BODIES_HELD
+    max_bytes: int = BODY_BYTES_HELD
+    held: int = 0
+    held_bytes: int = 0
+    _lock: threading.Lock = attrs.field(factory=threading.Lock)
+
+    @classmethod
+    def from_env(cls) -> HeldBodies:
+        """The bound, or the one ``BODIES_ENV`` names (``COUNT,BYTES``: tests lower it)."""
+        if not (value := os.environ.get(BODIES_ENV)):
+            return cls()
+        count, size = value.split(",")
+        return cls(int(count), int(size))
+
+    def hold(self, operation: str, size: int) -> HeldBody:
+        """One more body, of ``size`` bytes so far (its declared length, or 0), or ``DaemonBusy``."""
+        with self._lock:
+            reason = "bodies" if self.held >= self.max_bodies else self._room(size)
+            if reason is not None:
+                raise self._busy(operation, reason)
+            self.held += 1
+            self.held_bytes += size
+        return HeldBody(self, operation, size)
+
+    def _room(self, size: int) -> str | None:
+        return "bytes" if self.held_bytes + size > self.max_bytes else None
+
+    def _busy(self, operation: str, reason: str) -> api.DaemonBusy:
+        what = (f"{self.held} bodies (at most {self.max_bodies} at once)" if reason == "bodies"
+                else f"{self.held_bytes} bytes of bodies (at most {self.max_bytes} at once)")  # fmt: skip
+        return api.DaemonBusy(
+            f"the daemon holds {what} of jobs that take their request's body: {operation} was refused before "
+            "its body was kept; try again once one has ended (list_jobs)",
+            operation=operation, reason=reason, held_bodies=self.held, held_bytes=self.held_bytes,
+            max_bodies=self.max_bodies, max_bytes=self.max_bytes,
+        )  # fmt: skip
+
+
+@attrs.define
+class HeldBody:
+    """One body ``HeldBodies`` counts: ``grow`` as more of it arrives, ``release`` once its job answered."""
+
+    bound: HeldBodies
+    operation: str
+    size: int
+    released: bool = False
+
+    def grow(self, size: int) -> None:
+        """Its body is ``size`` bytes now (a body without a length announces none): counted, or ``DaemonBusy``."""
+        if size <= self.size:
+            return
+        with self.bound._lock:
+            if self.bound._room(size - self.size) is not None:
+                raise self.bound._busy(self.operation, "bytes")
+            self.bound.held_bytes += size - self.size
+            self.size = size
+
+    def release(self) -> None:
+        with self.bound._lock:
+            if not self.released:
+                self.bound.held -= 1
+                self.bound.held_bytes -= self.size
+                self.released = True
 
 
 # -- where the daemon runs an operation other than on its engine under the lock ----------------

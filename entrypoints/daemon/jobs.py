@@ -17,10 +17,11 @@ Both sides live here: ``JobRunner`` in the daemon, ``main`` in the child
 over the child's stdin and stdout: a request ``(operation, args, kwargs)`` (for a ``FROM_BODY``
 job, ``args`` is the HTTP request's body, undecoded), any number of
 ``("progress", text)`` while it runs (at most one each ``PROGRESS_EVERY_S``: ``list_jobs`` shows
-the last), then an answer ``("ok", value, retiring)`` or ``("error", exception, retiring)``
-(domain errors pickle whole: ``MemoryCoreError.__reduce__``). A child that answered is kept for the next job (at most
-``IDLE_KEPT`` wait), so a job pays no interpreter start-up; one that grew past
-``RETIRE_RSS_BYTES`` says it retires, and exits.
+the last), then an answer ``("ok", value, retiring, False)`` or ``("error", exception, retiring,
+refused)`` (domain errors pickle whole: ``MemoryCoreError.__reduce__``; ``refused``: the body did
+not decode, so the job failed on its input alone and is kept apart, ``REFUSED_KEPT``). A child
+that answered is kept for the next job (at most ``IDLE_KEPT`` wait), so a job pays no interpreter
+start-up; one that grew past ``RETIRE_RSS_BYTES`` says it retires, and exits.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import itertools
 import logging
 import os
 import pickle
@@ -60,6 +62,16 @@ FROM_BODY = frozenset({"import_evaluation_set"})
 # Their first argument is a project.
 PROJECT_OPERATIONS = frozenset({"tune_project", "learn_project", "move_project_storage"})
 ENDED_KEPT = 20  # ended jobs list_jobs still shows
+# Jobs refused for their input (a FROM_BODY job's body that does not decode): listed too, but kept
+# apart and fewer, so a client's bad requests never push real jobs' ends out of the listing.
+REFUSED_KEPT = 10
+# The FROM_BODY requests the daemon holds at once, from the first byte of their body to their
+# job's answer (their body stays in its memory meanwhile, with a copy for the job), and their
+# bodies' bytes: two imports at the largest, or four smaller ones. Past either, the next one is
+# answered daemon_busy (503) at once, before its body is kept (issue 31).
+BODIES_HELD = 4
+BODY_BYTES_HELD = 512 << 20
+BODIES_ENV = "MEMORY_CORE_JOB_BODIES"  # tests: "COUNT,BYTES" instead of those two (read by the server)
 CANCEL_GRACE_S = 3.0  # SIGTERM lets the job clean up; SIGKILL after this
 JOB_NICENESS = 10  # activations come first on a machine with few cores
 # A job's address-space limit. A 256 MiB fixture decodes to about 2 GiB of Python objects; a
@@ -88,6 +100,8 @@ class _Job:
     error_code: str | None = None
     cancelled: bool = False
     progress: str | None = None  # progress_text of its stage, as the child last said it
+    refused: bool = False  # failed on its input alone: its body did not decode (REFUSED_KEPT)
+    order: int = 0  # when it ended, among the board's ends (ended_at's milliseconds can tie)
 
     def info(self) -> JobInfo:
         cancellable = self.state == RUNNING and self.child is not None
@@ -97,11 +111,14 @@ class _Job:
 
 @attrs.define
 class JobBoard:
-    """Every job of a daemon, running or among the last ``ENDED_KEPT`` ended: what ``list_jobs``
-    shows and ``cancel_job`` finds, whether the job runs in a child (``JobRunner``) or in process."""
+    """Every job of a daemon, running or among the last ``ENDED_KEPT`` ended (and the last
+    ``REFUSED_KEPT`` refused for their input, kept apart): what ``list_jobs`` shows and
+    ``cancel_job`` finds, whether the job runs in a child (``JobRunner``) or in process."""
 
     _running: dict[str, _Job] = attrs.field(factory=dict)
     _ended: collections.deque[_Job] = attrs.field(factory=lambda: collections.deque(maxlen=ENDED_KEPT))
+    _refused: collections.deque[_Job] = attrs.field(factory=lambda: collections.deque(maxlen=REFUSED_KEPT))
+    _ends: Iterator[int] = attrs.field(factory=itertools.count)
     _lock: threading.Lock = attrs.field(factory=threading.Lock)
 
     @contextlib.contextmanager
@@ -122,13 +139,18 @@ class JobBoard:
             with self._lock:
                 self._running.pop(job.job_id, None)
                 job.state = CANCELLED if job.cancelled and state == FAILED else state
-                job.ended_at, job.child = utc_now_iso(), None
-                self._ended.appendleft(job)
+                job.ended_at, job.child, job.order = utc_now_iso(), None, next(self._ends)
+                job.refused = job.refused and job.state == FAILED
+                (self._refused if job.refused else self._ended).appendleft(job)
+
+    def _ended_lately(self) -> list[_Job]:
+        """Those ended lately, refused ones among them, newest first."""
+        return sorted((*self._ended, *self._refused), key=lambda j: j.order, reverse=True)
 
     def jobs(self) -> list[JobInfo]:
         """Running jobs (oldest first), then those ended lately (newest first)."""
         with self._lock:
-            return [j.info() for j in (*self._running.values(), *self._ended)]
+            return [j.info() for j in (*self._running.values(), *self._ended_lately())]
 
     def children(self) -> list[subprocess.Popen[bytes]]:
         with self._lock:
@@ -139,7 +161,7 @@ class JobBoard:
         kept); its caller gets ``job_interrupted`` (reason ``cancelled``). An ended job is left as
         it is; a job run in process cannot be cancelled."""
         with self._lock:
-            job = self._running.get(job_id) or next((j for j in self._ended if j.job_id == job_id), None)
+            job = self._running.get(job_id) or next((j for j in self._ended_lately() if j.job_id == job_id), None)
             if job is None:
                 raise JobNotFound(f"no job {job_id!r} is running or ended lately", job_id=job_id)
             child = job.child
@@ -189,7 +211,7 @@ class JobRunner:
                     reason=reason,
                     exit_status=child.returncode,
                 )
-            status, value, retiring = answer
+            status, value, retiring, job.refused = answer
             self._done_with(child, keep=not retiring and not job.cancelled)
             log.info("job ended", extra={"fields": {**fields, "status": status, "child_retires": retiring}})
             if status == "error":
@@ -245,7 +267,7 @@ class JobRunner:
                 child.wait()
 
 
-def _exchange(child: subprocess.Popen[bytes], request: bytes, job: _Job) -> tuple[str, Any, bool] | None:
+def _exchange(child: subprocess.Popen[bytes], request: bytes, job: _Job) -> tuple[str, Any, bool, bool] | None:
     """Send one request and read its answer (None: the child ended without one); the progress
     it reports meanwhile goes on the job's record."""
     assert child.stdin is not None and child.stdout is not None
@@ -303,6 +325,14 @@ def _why(reason: str) -> str:
     }.get(reason, "its process exited")
 
 
+class _Refused(Exception):  # noqa: N818 (not an error of its own: it carries one)
+    """A ``FROM_BODY`` job's body did not decode: its error, which fails the job on its input alone."""
+
+    def __init__(self, error: MemoryCoreError) -> None:
+        super().__init__(error)
+        self.error = error
+
+
 class _Cancelled(BaseException):
     """SIGTERM in a job: unwinds like KeyboardInterrupt, so ``finally`` and clean-up run."""
 
@@ -330,8 +360,11 @@ def main(argv: list[str] | None = None) -> int:
         operation, op_args, op_kwargs = pickle.loads(frame)
         if os.environ.get(PAUSE_POINT_ENV) == operation:
             os.kill(os.getpid(), signal.SIGSTOP)
+        refused = False
         try:
             status, value = "ok", _run(home, operation, op_args, op_kwargs, _Reporter(answers))
+        except _Refused as refusal:
+            status, value, refused = "error", refusal.error, True
         except MemoryCoreError as exc:
             status, value = "error", exc
         except MemoryError:
@@ -339,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         except _Cancelled:
             return 143
         retiring = _resident_bytes() > RETIRE_RSS_BYTES
-        _write_frame(answers, pickle.dumps((status, value, retiring), protocol=pickle.HIGHEST_PROTOCOL))
+        answer = (status, value, retiring, refused)
+        _write_frame(answers, pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
         if retiring:
             break
     return 0
@@ -377,7 +411,10 @@ def _run(home: str, operation: str, args: tuple[Any, ...], kwargs: dict[str, Any
         raise ValueError(f"{operation!r} is not a job")
     # No recovery: the daemon owns its Runs; this process starts none.
     if operation in FROM_BODY:
-        op, request = request_from_body(operation, *args)  # before the engine: a malformed body opens nothing
+        try:  # before the engine: a malformed body opens nothing
+            op, request = request_from_body(operation, *args)
+        except MemoryCoreError as exc:
+            raise _Refused(exc) from None
         with bootstrap(home, recover=False) as engine, reporting(progress):
             return op.handler(engine, request)
     with bootstrap(home, recover=False) as engine:

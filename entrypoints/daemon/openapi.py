@@ -152,6 +152,8 @@ class SchemaBuilder:
 
 def _error_responses(method: dispatch.Method) -> dict[str, Any]:
     codes = list(COMMON_ERRORS) + [e.code for e in method.errors]
+    if method.undecoded:  # its body is held until its job answers, within the daemon's bound
+        codes.append(api.DaemonBusy.code)
     by_status: dict[int, list[str]] = {}
     for code in dict.fromkeys(codes):
         by_status.setdefault(api.status_for(code), []).append(code)

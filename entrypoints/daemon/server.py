@@ -35,7 +35,7 @@ from typing import Any
 from memory_core.domain.errors import InvalidRequest, MemoryCoreError
 from memory_core.entrypoints.daemon import paths
 from memory_core.entrypoints.daemon.background import drain, recover_interrupted_runs, start_watcher, warm_up
-from memory_core.entrypoints.daemon.dispatch import Context
+from memory_core.entrypoints.daemon.dispatch import Context, HeldBodies
 from memory_core.entrypoints.daemon.idle import DEFAULT_IDLE_EXIT_S, IdleClock
 from memory_core.entrypoints.daemon.jobs import JobRunner
 from memory_core.entrypoints.daemon.logs import JsonFormatter as JsonFormatter  # read here by tests and tools
@@ -104,7 +104,8 @@ def serve(
             engine = engine_factory(root)
         recover_interrupted_runs(engine)
         started_at = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
-        context = Context(engine=engine, home=str(root), socket=str(path), started_at=started_at, idle=clock)
+        context = Context(engine=engine, home=str(root), socket=str(path), started_at=started_at, idle=clock,
+                          bodies=HeldBodies.from_env())
         if engine_factory is None:  # a job's process builds the same engine over the home
             context.jobs = jobs = JobRunner(root, board=context.board)
         lock.record(paths.DaemonInfo(os.getpid(), str(path), started_at))

@@ -76,10 +76,10 @@ def in_thread(call: Any) -> tuple[threading.Thread, dict[str, Any]]:
     return worker, outcome
 
 
-def paused_daemon(tmp_path: Path, operation: str) -> Daemon:
+def paused_daemon(tmp_path: Path, operation: str, env: dict[str, str] | None = None) -> Daemon:
     """A daemon serving ``ledger`` (indexed) whose job process for ``operation`` stops itself as
-    it starts, so a test sees the job in flight (``paused_job``)."""
-    daemon = Daemon(tmp_path / "home", tmp_path / "daemon.log", env={jobs.PAUSE_POINT_ENV: operation})
+    it starts, so a test sees the job in flight (``paused_job``); ``env``: more of its environment."""
+    daemon = Daemon(tmp_path / "home", tmp_path / "daemon.log", env={jobs.PAUSE_POINT_ENV: operation, **(env or {})})
     try:
         daemon.client.add_project("ledger", [Source(str(memory_folder(tmp_path / "memory")))])
         daemon.client.index_project("ledger")
@@ -353,5 +353,144 @@ def test_an_imports_body_is_decoded_in_its_job_not_in_the_daemon(tmp_path: Path)
         ]
         ended = [r for r in daemon.log_records() if r["message"] == "job ended"]
         assert [r["status"] for r in ended] == ["error"] * len(codes) + ["ok"]
+    finally:
+        assert daemon.stop() == 0
+
+
+def test_bad_input_never_pushes_a_real_jobs_end_out_of_the_listing(daemon: Daemon) -> None:
+    """Issue 31, item 2 (review): a body that does not decode fails its job on its input alone.
+    It is listed, failed with its code, but among at most ``REFUSED_KEPT`` of its kind, apart
+    from the last ``ENDED_KEPT`` jobs that ran: before, a client's bad requests pushed every
+    real job's end out of ``list_jobs``."""
+    client = daemon.client
+    run_id = client.activate_memory("ledger", QUERY).run_id
+    assert run_id is not None
+    fixture = client.export_evaluation_set(case_ids=[client.create_evaluation_case(run_id).case_id])
+    client.import_evaluation_set(fixture)  # decoded in its job, which ran: a real job
+    real = next(j for j in client.list_jobs().jobs if j.operation == "import_evaluation_set")
+    assert (real.state, real.error_code) == ("succeeded", None)
+
+    bodies = list(MALFORMED_IMPORTS.values())
+    sent = [bodies[i % len(bodies)] for i in range(jobs.ENDED_KEPT + 1)]
+    for body in sent:
+        status, answer = post_body(daemon, "import_evaluation_set", body)
+        assert (status, answer) == refused_by_the_app(body)  # the same answer as before
+
+    listed = client.list_jobs().jobs
+    assert real.job_id in [j.job_id for j in listed], "bad input pushed a real job out"
+    refused = listed[: listed.index(next(j for j in listed if j.job_id == real.job_id))]
+    # The newest refused ones, newest first, each failed with its own code.
+    expected = [refused_by_the_app(body)[1]["error"]["code"] for body in reversed(sent)][: jobs.REFUSED_KEPT]
+    assert [(j.operation, j.state, j.error_code) for j in refused] == [
+        ("import_evaluation_set", "failed", code) for code in expected
+    ]
+    assert len(listed) <= jobs.ENDED_KEPT + jobs.REFUSED_KEPT
+
+
+def unix_post_chunked(path: Path, method: str, chunks: list[bytes]) -> tuple[int, Any]:
+    """POST a body without a Content-Length (chunked), as a streaming client does."""
+    import http.client
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(WAIT_S)
+        sock.connect(str(path))
+        head = f"POST /v1/{method} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        sock.sendall(head.encode() + b"Transfer-Encoding: chunked\r\n\r\n")
+        for chunk in chunks:
+            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        sock.sendall(b"0\r\n\r\n")
+        reply = http.client.HTTPResponse(sock)
+        reply.begin()
+        return reply.status, json.loads(reply.read())
+
+
+def answered(call: Any) -> Any:
+    """``call``'s outcome; it must come while the jobs in flight are stopped (none can end first)."""
+    worker, outcome = in_thread(call)
+    worker.join(timeout=WAIT_S)
+    assert not worker.is_alive(), "no answer while the held jobs were stopped: it waited for them"
+    return outcome
+
+
+def paused_jobs(daemon: Daemon, count: int) -> list[int]:
+    """The pids of ``count`` job processes of the daemon once each has stopped itself."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        stopped = []
+        for pid in children(daemon.proc.pid):
+            try:
+                if process_state(pid) == "T":
+                    stopped.append(pid)
+            except OSError:
+                continue
+        if len(stopped) >= count:
+            return stopped
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {count} job processes stopped within {WAIT_S} s:\n{daemon.log.read_text()}")
+
+
+@pytest.mark.slow
+def test_imports_past_the_daemons_bound_are_answered_busy_at_once_and_lose_nothing(tmp_path: Path) -> None:
+    """Issue 31, item 2 (review): the daemon holds an import's body from its first byte to its
+    job's answer, so it holds at most so many at once (``jobs.BODIES_HELD``) and so many of their
+    bytes (``jobs.BODY_BYTES_HELD``; lowered here through ``jobs.BODIES_ENV``). One past either
+    is answered daemon_busy (503) at once, while the held jobs' processes are stopped, whether
+    its body announces its length or not; it starts no job and is not listed, and the held ones
+    end as they would have. Before, every body was kept and every import started a job process."""
+    from memory_core.entrypoints.daemon import api
+    from memory_core.evaluation.fixture import ImportResult
+
+    bound = 1 << 20
+    daemon = paused_daemon(tmp_path, "import_evaluation_set", env={jobs.BODIES_ENV: f"2,{bound}"})
+    client = daemon.client
+    try:
+        run_id = client.activate_memory("ledger", QUERY).run_id
+        assert run_id is not None
+        case = client.create_evaluation_case(run_id)
+        fixture = client.export_evaluation_set(case_ids=[case.case_id])
+        half = b" " * (bound // 2)  # held while its job runs: then refused there, invalid_json
+        first, first_outcome = in_thread(lambda: post_body(daemon, "import_evaluation_set", half))
+        paused_jobs(daemon, 1)
+
+        def busy(outcome: dict[str, Any], reason: str) -> dict[str, Any]:
+            status, answer = outcome["value"]
+            assert (status, answer["error"]["code"]) == (503, "daemon_busy"), answer
+            details: dict[str, Any] = answer["error"]["details"]
+            assert (details["operation"], details["reason"]) == ("import_evaluation_set", reason)
+            assert (details["max_bodies"], details["max_bytes"]) == (2, bound)
+            return details
+
+        # Past the bytes: refused with its length announced, and as a body without one grows past.
+        over = answered(lambda: post_body(daemon, "import_evaluation_set", b" " * (bound // 2 + 1)))
+        assert busy(over, "bytes")["held_bytes"] == bound // 2
+        streamed = answered(lambda: unix_post_chunked(daemon.socket, "import_evaluation_set",
+                                                      [b" " * (bound // 16)] * 8 + [b" "]))  # fmt: skip
+        busy(streamed, "bytes")
+
+        second, second_outcome = in_thread(lambda: client.import_evaluation_set(fixture))  # room for it
+        paused_jobs(daemon, 2)
+        # Past the count: refused at once, raw or through the typed client.
+        details = busy(answered(lambda: post_body(daemon, "import_evaluation_set", b"{}")), "bodies")
+        assert details["held_bodies"] == 2 and details["held_bytes"] > bound // 2
+        typed = answered(lambda: client.import_evaluation_set(fixture))
+        assert isinstance(typed.get("error"), api.DaemonBusy), typed
+        assert typed["error"].details["reason"] == "bodies"
+
+        # The refused ones started no job and are not listed; the held ones end as they would have.
+        assert [j.state for j in client.list_jobs().jobs] == ["running", "running"]
+        for pid in paused_jobs(daemon, 2):
+            os.kill(pid, signal.SIGCONT)
+        first.join(timeout=WAIT_S)
+        second.join(timeout=WAIT_S)
+        assert first_outcome["value"] == refused_by_the_app(half)
+        assert second_outcome["value"] == ImportResult((), (case.case_id,), 0, 0)
+        # Their bodies are let go: the next import is taken again.
+        again = continued(daemon, lambda: client.import_evaluation_set(fixture))
+        assert again["value"] == ImportResult((), (case.case_id,), 0, 0)
+        imports = [(j.state, j.error_code) for j in client.list_jobs().jobs]
+        assert sorted(imports, key=str) == sorted([("succeeded", None)] * 2 + [("failed", "invalid_json")], key=str)
+        started = [r for r in daemon.log_records() if r["message"] == "job started"]
+        assert len(started) == 3
     finally:
         assert daemon.stop() == 0

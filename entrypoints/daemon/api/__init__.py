@@ -30,10 +30,11 @@ from memory_core.services.activation import ActivationResponse, Fragment
 from memory_core.services.engine import ProjectInfo
 from memory_core.services.indexing import IndexReport
 
-API_VERSION = "1.7.0"  # 1.1: Evaluation Set methods; 1.2: Project Local Storage, remove_project purge;
+API_VERSION = "1.8.0"  # 1.1: Evaluation Set methods; 1.2: Project Local Storage, remove_project purge;
 # 1.3: ranking profiles and tuning, candidate spans and passages (issue 18); 1.4: an activation's
 # notices (issue 30); 1.5: list_jobs and cancel_job (issue 31); 1.6: the model registry (issue 33);
-# 1.7: a learning's settings grid and the setting each fold and the final model chose (issue 32)
+# 1.7: a learning's settings grid and the setting each fold and the final model chose (issue 32);
+# 1.8: daemon_busy, an import refused while the daemon holds as many bodies as it takes (issue 31)
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a 10,000-unit activation state is about 0.9 MiB
 
 
@@ -60,6 +61,15 @@ class RequestTooLarge(InvalidRequest):
     """The body is larger than the daemon accepts."""
 
     code = "request_too_large"
+
+
+class DaemonBusy(MemoryCoreError):
+    """The daemon holds as many job bodies (imports) as it takes at once, or as many bytes of
+    them: this one was refused before it was read, and nothing of it was kept; try again once
+    one has ended (``list_jobs``). ``details``: ``operation``, ``reason`` (``bodies`` or
+    ``bytes``), ``held_bodies``, ``held_bytes``, ``max_bodies``, ``max_bytes``."""
+
+    code = "daemon_busy"
 
 
 class DaemonUnavailable(MemoryCoreError):
@@ -102,6 +112,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "blob_not_found": 500,
     "storage_unavailable": 503,
     "job_interrupted": 503,
+    "daemon_busy": 503,
     "job_not_found": 404,
     "daemon_unavailable": 503,
     "jvm_unavailable": 503,
