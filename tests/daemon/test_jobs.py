@@ -494,3 +494,22 @@ def test_imports_past_the_daemons_bound_are_answered_busy_at_once_and_lose_nothi
         assert len(started) == 3
     finally:
         assert daemon.stop() == 0
+
+
+def test_an_engine_of_other_parts_keeps_bad_input_apart_too() -> None:
+    """Without a job runner (an engine of other parts) an import's body is decoded in process,
+    on the same board: a body that does not decode is listed failed, kept apart as in a job's
+    process, and pushes no real job's end out."""
+    from memory_core.entrypoints.daemon.dispatch import Context
+
+    context = Context(engine=Any, home="unused")  # type: ignore[arg-type]  # bad input reaches no engine
+    with context.board.job("tune_project", ("ledger",)):
+        pass
+    for _ in range(jobs.ENDED_KEPT + 1):
+        with pytest.raises(err.MemoryCoreError) as refused:
+            context.run_job_from_body("import_evaluation_set", MALFORMED_IMPORTS["not JSON"])
+        assert refused.value.code == "invalid_json"
+    listed = context.board.jobs()
+    assert [(j.operation, j.state, j.error_code) for j in listed] == [
+        ("import_evaluation_set", "failed", "invalid_json")
+    ] * jobs.REFUSED_KEPT + [("tune_project", "succeeded", None)]
