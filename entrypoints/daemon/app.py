@@ -113,7 +113,7 @@ async def discard_body(request: Request, limit: int) -> None:
 async def held_body(request: Request, limit: int, bodies: dispatch.HeldBodies, name: str) -> dispatch.HeldBody:
     """Count an undecoded body (``Method.undecoded``) among those the daemon holds, before any of
     it is read: over their bound, ``DaemonBusy`` (the body read through and dropped)."""
-    declared = declared_length(request, limit)  # too large for ever is said before busy for now
+    declared = declared_length(request, limit)  # too large (for ever) is said before busy (for now)
     try:
         return bodies.hold(name, declared or 0)
     except api.DaemonBusy:
