@@ -25,6 +25,14 @@ bootstrap interval that resamples queries with their pairs kept. Queries are als
 (BM25 read as one wrapped ``ScoredDoc`` per hit; the query embedded inline after BM25), the
 variants taking turns query by query.
 
+``MEMCORE_LATENCY_BEFORE=/a/checkout`` (with ``MEMCORE_LATENCY_NOW=/another``, else this tree):
+instead of the above, the peer and two daemons, one running each copy of the code (``PYTHONPATH``),
+each over its own copy of the same indexed home, take turns query by query: a change's before and
+after through the daemon in one run (``daemon_latency_before_after.json``, what was undone in
+``MEMCORE_LATENCY_BEFORE_NOTE``), after ``MEMCORE_LATENCY_WARMUP`` queries to each (default 20;
+another number: ``daemon_latency_before_after_warmN.json``): the JVM compiles Lucene's code over
+the first few hundred searches of a daemon.
+
 ``MEMCORE_LATENCY_WORK=/some/folder`` keeps the indexed homes between runs;
 ``MEMCORE_LATENCY_COLLECTIONS=cranfield,cisi`` measures only those (no ablation unless Cranfield is
 one; ``MEMCORE_LATENCY_ABLATION=0`` leaves it out): a smaller run to compare a change, whose result
@@ -43,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import measured, percentile, scratch_dir, write_result
+from benchmarks.common import measured, percentile, read_result, scratch_dir, write_result
 
 NAME = "daemon_latency"
 PROJECT = "memory"
@@ -122,34 +130,33 @@ class _Doc:
         self.unit_id, self.text = unit_id, text
 
 
-def measure_collection(
-    name: str, work: Path, embed: Callable[[str], Any], quick: bool, *, index_only: bool = False
-) -> dict[str, Any]:
-    from threadpoolctl import threadpool_limits
-
-    from benchmarks.api_overhead import start_daemon, stop_daemon
-    from benchmarks.cranfield_quality import Cranfield
-    from benchmarks.dev_collections import COLLECTIONS, Collection
-    from benchmarks.peer_comparison import PeerIndex
-    from benchmarks.recording_overhead import index_folder, loadavg
-    from memory_core.entrypoints.bootstrap import bootstrap
+def _texts(col: Any, quick: bool) -> list[str]:
     from memory_core.retrieval.profile import MAX_QUERY_CHARS
 
-    root, split = COLLECTIONS[name]
-    col = Collection.load(root, split)
     texts = list(dict.fromkeys(
         col.queries[q] for q in col.queries if q in col.qrels and len(col.queries[q].strip()) <= MAX_QUERY_CHARS
     ))  # fmt: skip
-    if quick:
-        texts = texts[:60]
+    return texts[:60] if quick else texts
+
+
+def _indexed_home(name: str, work: Path, col: Any) -> Path:
+    from benchmarks.cranfield_quality import Cranfield
+    from benchmarks.recording_overhead import index_folder
+
     home = work / f"home-{name}"
     if not (home / "local.db").exists():
         memory = work / f"mem-{name}"
         Cranfield(col.documents, col.queries, col.qrels).write_memory(memory)
         print(f"   indexing {name}", flush=True)
         index_folder(home, PROJECT, memory).close()
-    if index_only:
-        return {}
+    return home
+
+
+def _peer(home: Path, col: Any) -> tuple[Any, int]:
+    """The peer over the collection's documents, and how many units memory-core serves."""
+    from benchmarks.peer_comparison import PeerIndex
+    from memory_core.entrypoints.bootstrap import bootstrap
+
     engine = bootstrap(home)
     try:
         doc_ids, matrix = _doc_vectors(engine)
@@ -159,7 +166,24 @@ def measure_collection(
     finally:
         engine.close()
     bodies = [_Doc(d, f"{t} {x}".strip()) for d, (t, x) in col.documents.items()]
-    peer = PeerIndex(bodies, doc_ids, matrix, "porter unicode61")  # FTS5 rows: every document
+    return PeerIndex(bodies, doc_ids, matrix, "porter unicode61"), len(units)  # FTS5 rows: every document
+
+
+def measure_collection(
+    name: str, work: Path, embed: Callable[[str], Any], quick: bool, *, index_only: bool = False
+) -> dict[str, Any]:
+    from threadpoolctl import threadpool_limits
+
+    from benchmarks.api_overhead import start_daemon, stop_daemon
+    from benchmarks.dev_collections import COLLECTIONS, Collection
+    from benchmarks.recording_overhead import loadavg
+
+    col = Collection.load(*COLLECTIONS[name])
+    texts = _texts(col, quick)
+    home = _indexed_home(name, work, col)
+    if index_only:
+        return {}
+    peer, units = _peer(home, col)
     daemon, client = start_daemon(home)
     lat: dict[str, list[float]] = {s: [] for s in SYSTEMS}
     engine_total: list[float] = []
@@ -206,7 +230,7 @@ def measure_collection(
     return {
         "queries": len(texts),
         "documents": len(col.documents),
-        "units": len(units),
+        "units": units,
         "words_median": statistics.median(len(t.split()) for t in texts),
         "all": {
             "daemon": summary(lat["daemon"], lat["peer"]),
@@ -219,6 +243,109 @@ def measure_collection(
         "transport": transport,
         "daemon_cpu_ms_per_request": daemon_cpu,
         "client_process_cpu_s": time.process_time() - client0,
+        "loadavg_1m": load,
+    }
+
+
+def _importer(checkout: Path, cwd: Path) -> Path:
+    """Where a process started with ``PYTHONPATH=checkout`` imports memory_core from."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", "import memory_core; print(memory_core.__file__)"],
+        env={**os.environ, "PYTHONPATH": str(checkout)}, cwd=cwd, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return Path(out.stdout.strip()).resolve()
+
+
+def before_after(
+    name: str, work: Path, embed: Callable[[str], Any], quick: bool, checkouts: Mapping[str, Path | None]
+) -> dict[str, Any]:
+    """Memory-core as two copies of the code have it (``checkouts["now"]``, None for this tree, and
+    ``checkouts["before"]``, e.g. with a change undone), each its own daemon over its own copy of the
+    same indexed home, and the peer: the three take turns query by query in a rotating order, so
+    the machine's load falls on all of them alike."""
+    import shutil
+
+    from threadpoolctl import threadpool_limits
+
+    from benchmarks.api_overhead import start_daemon, stop_daemon
+    from benchmarks.dev_collections import COLLECTIONS, Collection
+    from benchmarks.recording_overhead import loadavg
+
+    col = Collection.load(*COLLECTIONS[name])
+    texts = _texts(col, quick)
+    warmup = int(os.environ.get("MEMCORE_LATENCY_WARMUP", WARMUP))  # a different file: run()
+    home = _indexed_home(name, work, col)
+    homes = {"now": home, "before": work / f"home-{name}-before"}
+    if not (homes["before"] / "local.db").exists():
+        shutil.rmtree(homes["before"], ignore_errors=True)
+        shutil.copytree(home, homes["before"], symlinks=True, ignore=shutil.ignore_patterns("run"))
+    for which, checkout in checkouts.items():
+        if checkout is not None and not _importer(checkout, homes[which]).is_relative_to(checkout.resolve()):
+            raise RuntimeError(f"PYTHONPATH={checkout} does not override the installed memory_core")
+    print(f"   {name}: now and before", flush=True)
+    peer, units = _peer(home, col)
+    systems = ("peer", "now", "before")
+    daemons: dict[str, Any] = {}
+    clients: dict[str, Any] = {}
+    lat: dict[str, list[float]] = {s: [] for s in systems}
+    stages: dict[str, dict[str, list[float]]] = {"now": {}, "before": {}}
+    saved = os.environ.get("PYTHONPATH")
+    try:
+        for which, checkout in checkouts.items():
+            if checkout is not None:
+                os.environ["PYTHONPATH"] = str(checkout)  # the daemon imports the checkout's code
+            try:
+                daemons[which], clients[which] = start_daemon(homes[which])
+            finally:
+                if saved is None:
+                    os.environ.pop("PYTHONPATH", None)
+                else:
+                    os.environ["PYTHONPATH"] = saved
+        with threadpool_limits(limits=1, user_api="blas"):
+            for i in range(warmup):  # the judged texts again and again, never the same one twice
+                text = f"warm-up {i}: {texts[i % len(texts)]}"
+                peer.search(text, embed)
+                for which in ("now", "before"):
+                    clients[which].activate_memory(PROJECT, text)
+            load = [loadavg()]
+            for i, text in enumerate(texts):
+                for system in systems[i % 3 :] + systems[: i % 3]:
+                    t0 = time.perf_counter()
+                    if system == "peer":
+                        peer.search(text, embed)
+                    else:
+                        answer = clients[system].activate_memory(PROJECT, text)
+                    lat[system].append((time.perf_counter() - t0) * 1000)
+                    if system != "peer":
+                        for stage, ms in answer.latency_ms.items():
+                            stages[system].setdefault(stage, []).append(ms)
+            load.append(loadavg())
+    finally:
+        for which in list(daemons):
+            clients[which].close()
+            stop_daemon(daemons[which])
+        peer.close()
+    buckets: dict[str, dict[str, Any]] = {}
+    for key in dict.fromkeys(bucket_of(t) for t in sorted(texts, key=lambda t: len(t.split()))):
+        picked = [i for i, t in enumerate(texts) if bucket_of(t) == key]
+        buckets[key] = {
+            which: summary([lat[which][i] for i in picked], [lat["peer"][i] for i in picked])
+            for which in ("now", "before")
+        }
+    return {
+        "queries": len(texts),
+        "units": units,
+        "words_median": statistics.median(len(t.split()) for t in texts),
+        "warmup": warmup,
+        "now": summary(lat["now"], lat["peer"]),
+        "before": summary(lat["before"], lat["peer"]),
+        "now_over_before": summary(lat["now"], lat["before"]),
+        "paired_median_diff": statistics.median(a - b for a, b in zip(lat["now"], lat["before"], strict=True)),
+        "buckets": buckets,
+        "engine_stages_p50": {w: {k: percentile(v, 50) for k, v in st.items()} for w, st in stages.items()},
         "loadavg_1m": load,
     }
 
@@ -342,6 +469,17 @@ def run(quick: bool) -> dict[str, Any]:
         names = [n for n in COLLECTIONS if not chosen or n in chosen.split(",")]
         undone: dict[str, Any] | None = None
         plain_minilm: MiniLMEmbedder | None = None
+        checkout = os.environ.get("MEMCORE_LATENCY_BEFORE")
+        if checkout:
+            now = os.environ.get("MEMCORE_LATENCY_NOW")
+            checkouts = {"now": Path(now) if now else None, "before": Path(checkout)}
+            plain_minilm = MiniLMEmbedder(query_cache_size=0)
+            plain_minilm.load()
+            ab = {n: before_after(n, work, plain_minilm.embed_query, quick, checkouts) for n in names}
+            note = os.environ.get("MEMCORE_LATENCY_BEFORE_NOTE", "")
+            warm = int(os.environ.get("MEMCORE_LATENCY_WARMUP", WARMUP))
+            named = f"{NAME}_before_after" + (f"_warm{warm}" if warm != WARMUP else "")
+            return write_result(named, {"quick": quick, "undone": note, "warmup": warm, "collections": ab})
         for name in names:
             print(f"   {name}", flush=True)
             if name == "cranfield" and os.environ.get("MEMCORE_LATENCY_ABLATION") != "0":
@@ -371,11 +509,27 @@ more the peer stretches; the issue's 0.80x was measured on a quieter machine. Th
 are the hardest: the peer's embedding of a few words is cheap, while memory-core's fixed costs (the
 hand-offs between threads, the HTTP, the Run) are the same for any query."""
 
+# Measured with the before/after runs above (2026-12-07), fixed text: what they show.
+BEFORE_AFTER = """What the BM25 read bought (597fd8f: each hit's id from the sort's `id` doc value instead of its
+stored document, and the whole search one call into Java): in process, one thread, a depth-100
+search on Cranfield took 0.5-0.7 ms of wall once the JVM had compiled it (searches 250-1,600 of the
+process) against 0.9-1.3 ms for the two-array read it replaces, the same hits, order and scores
+(`tests/adapters/test_lucene_hits.py`). Through the daemon that is the `bm25` stage, 1.4 against
+1.9 ms p50 on Cranfield after 600 warm-up queries; but BM25 runs beside the query embedding (4.7-9.9
+ms), which stays on the critical path, so a whole call's p50 did not move significantly on either
+collection (now / before 0.99 [0.92, 1.04] on Cranfield, 0.96 [0.88, 1.09] on CISI) while
+Cranfield's p95 fell to 0.80 [0.70, 0.97] of before (less CPU competing on two cores). After the
+benchmark's usual 20 warm-up queries neither difference is significant: over a daemon's first few
+hundred searches the JVM is still compiling Lucene's code and the search itself costs 1.2-3.4 ms
+either way. The same warm-up moves the goal's ratio more than any change here: Cranfield 0.56
+[0.50, 0.61] after 20 queries and 0.49 [0.45, 0.52] after 600 (CISI 0.51 and 0.50), the load
+2.3-3.9 in both; an on-demand daemon that exits after 10 idle minutes starts cold again."""
+
 REMAINS = """What remains, short queries first (the stage table): the query embedding (one int8 ONNX run,
 compute-bound: about 2.6 ms + 0.11 ms per token of CPU; a faster one changes the vectors, which is
-the model's business, issue 33), BM25's per-hit stored-id reads in `ScoredDocs.fromTopDocs` (about
-half of its 1.4 ms, which only a Java helper or a stored docid map would avoid), the JVM's compilers
-(above: CPU on the other core for thousands of searches after a start), the exact dense product
+the model's business, issue 33, and the critical path beside which BM25 runs), the JVM's compilers
+(above: CPU on the other core for thousands of searches after a start, and slow searches until
+then: a daemon could warm its JVM with searches of its own while idle after a start), the exact dense product
 (memory-bound at SciFact's size), fusion's ~180 candidates in Python (`retrieval/pipeline.fuse`), and
 outside the engine (5-7 ms at this load, where the peer has none) the hand-offs between threads,
 h11's pure-Python HTTP parsing on the event loop (httptools is not installed), the typed client's
@@ -420,7 +574,8 @@ loop, per-thread CPU from `/proc/<pid>/task`, micro-benchmarks of each stage wit
 - *BM25 at depth 100* (2.3-2.6 ms CPU before): Lucene's search itself 0.45 ms, `ScoredDocs.fromTopDocs`
   reading each hit's stored id 0.75 ms, and about 1 ms for pyjnius to wrap one `ScoredDoc` per hit and
   read its two fields a JNI call at a time. At depth 10 the whole call took 0.6 ms: the cost is per hit.
-  Now the hits cross as two arrays (`lucene_index._TopHits`), identical hits and scores, 1.4 ms.
+  Then the hits crossed as two arrays, identical hits and scores, 1.4 ms; now (597fd8f) the ids come
+  from the sort's doc values, never the stored documents, and the search is one call (below).
 - *embed_query*: one ONNX Runtime int8 run (about 1.6 ms CPU unloaded) and the Rust tokenizer (0.2 ms).
   Both release the GIL, as the JVM does during a search, so the query is now embedded on a helper
   thread while the exact and BM25 stages run (`services/activation._BESIDE`): on two free cores the
@@ -486,6 +641,43 @@ VARIANT_ORDER = ("now", "bm25 as ScoredDoc objects", "query embedded after bm25"
 
 def _buckets(c: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return sorted(c["buckets"].items(), key=lambda kv: int(kv[0].split("-")[0].rstrip("+")))
+
+
+def _before_after_lines() -> list[str]:
+    """The saved before/after runs (``MEMCORE_LATENCY_BEFORE``), after each warm-up they used."""
+    runs = [r for r in (read_result(f"{NAME}_before_after"), read_result(f"{NAME}_before_after_warm600")) if r]
+    if not runs:
+        return []
+    lines = [
+        "",
+        f"**Before and after, through the daemon** ({runs[0]['undone']} against now): two daemons, one "
+        "running each copy of the code over its own copy of the same indexed home, and the peer, taking turns "
+        "query by query (`MEMCORE_LATENCY_BEFORE`); p50 / p95 in ms; ratios to the peer, and of now to before, "
+        "with 95 % bootstrap intervals over queries; the paired median difference now − before; the `bm25` "
+        "stage's p50 as each daemon reports it.",
+        "",
+        "| collection | measured | warm-up queries | queries | peer p50 / p95 | now p50 / p95 | before p50 / p95 "
+        "| now p50 ratio | before p50 ratio | now / before p50 | now / before p95 | paired median | bm25 now / before "
+        "| load |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|---|---|---:|---:|---:|",
+    ]
+    for r in runs:
+        for name in ORDER:
+            c = r["collections"].get(name)
+            if c is None:
+                continue
+            now, before, ab = c["now"], c["before"], c["now_over_before"]
+            bm25 = c["engine_stages_p50"]
+            lines.append(
+                f"| {name} | {r['machine']['date']} | {c.get('warmup', WARMUP)} | {c['queries']} | {now['peer_p50']:.1f} / "
+                f"{now['peer_p95']:.1f} | {now['p50']:.1f} / {now['p95']:.1f} | {before['p50']:.1f} / "
+                f"{before['p95']:.1f} | {_ratio(now, 'ratio_p50')} | {_ratio(before, 'ratio_p50')} "
+                f"| {_ratio(ab, 'ratio_p50')} | {_ratio(ab, 'ratio_p95')} | {c['paired_median_diff']:+.2f} "
+                f"| {bm25['now']['bm25']:.2f} / {bm25['before']['bm25']:.2f} "
+                f"| {'–'.join(f'{x:.1f}' for x in c['loadavg_1m'])} |"
+            )
+    lines += ["", BEFORE_AFTER]
+    return lines
 
 
 def render(result: dict[str, Any]) -> str:
@@ -576,6 +768,7 @@ def render(result: dict[str, Any]) -> str:
             f"{t['wall_p50']['httpx']:.1f} against {t['wall_p50']['stdlib']:.1f} ms, paired median difference "
             f"{t['wall_paired_median_diff']:+.2f} ms.",
         ]
+    lines += _before_after_lines()
     lines += ["", PROFILE]
     met = [n for n, c in cols.items() if c["all"]["daemon"]["ratio_p50"] <= GOAL]
     misses = [
