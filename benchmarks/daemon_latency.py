@@ -667,9 +667,9 @@ def _before_after_lines() -> list[str]:
             if c is None:
                 continue
             now, before, ab = c["now"], c["before"], c["now_over_before"]
-            bm25 = c["engine_stages_p50"]
+            bm25, warm = c["engine_stages_p50"], c.get("warmup", WARMUP)  # the first run kept no count: the default
             lines.append(
-                f"| {name} | {r['machine']['date']} | {c.get('warmup', WARMUP)} | {c['queries']} | {now['peer_p50']:.1f} / "
+                f"| {name} | {r['machine']['date']} | {warm} | {c['queries']} | {now['peer_p50']:.1f} / "
                 f"{now['peer_p95']:.1f} | {now['p50']:.1f} / {now['p95']:.1f} | {before['p50']:.1f} / "
                 f"{before['p95']:.1f} | {_ratio(now, 'ratio_p50')} | {_ratio(before, 'ratio_p50')} "
                 f"| {_ratio(ab, 'ratio_p50')} | {_ratio(ab, 'ratio_p95')} | {c['paired_median_diff']:+.2f} "
