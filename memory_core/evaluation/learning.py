@@ -410,12 +410,21 @@ def labels(case: LearningCase, level: MetricLevel) -> list[int]:
     return [case.judgments.units.get(c.unit_id, resources.get(c.resource_id, 0)) for c in case.window]
 
 
-def ranking_data(cases: Sequence[LearningCase], level: MetricLevel) -> RankingData:
+def case_rows(case: LearningCase) -> tuple[tuple[float, ...], ...]:
+    """``window_features`` of a case's recorded window."""
+    return tuple(tuple(r) for r in window_features(case.query, case.window))
+
+
+CaseRows = Callable[[LearningCase], Sequence[tuple[float, ...]]]
+
+
+def ranking_data(cases: Sequence[LearningCase], level: MetricLevel, rows_of: CaseRows = case_rows) -> RankingData:
+    """The cases' ranking data; ``rows_of``: a case's feature rows (``case_rows``, or a cache of them)."""
     rows: list[tuple[float, ...]] = []
     out_labels: list[int] = []
     groups: list[int] = []
     for case in cases:
-        rows += [tuple(r) for r in window_features(case.query, case.window)]
+        rows += rows_of(case)
         out_labels += labels(case, level)
         groups.append(len(case.window))
     return RankingData(tuple(rows), tuple(out_labels), tuple(groups))
@@ -597,15 +606,31 @@ class Trainer:
     load: Callable[[str], Scorer]
     level: MetricLevel = MetricLevel.RESOURCE
     on_fit: Callable[[], None] = lambda: None  # called after every fit (progress)
+    # Each case's feature rows, computed once: a learning fits some 126 models on the same cases,
+    # and recomputing the rows for every fit was about half its time. Keyed by the case object's
+    # id, the case kept beside its rows so a reused id is never mistaken for it.
+    _rows: dict[int, tuple[LearningCase, tuple[tuple[float, ...], ...]]] = attrs.field(
+        factory=dict, init=False, eq=False, repr=False
+    )
+
+    def rows(self, case: LearningCase) -> tuple[tuple[float, ...], ...]:
+        """``case_rows(case)``, from the cache."""
+        kept = self._rows.get(id(case))
+        if kept is None or kept[0] is not case:
+            kept = self._rows[id(case)] = (case, case_rows(case))
+        return kept[1]
+
+    def data(self, cases: Sequence[LearningCase]) -> RankingData:
+        return ranking_data(cases, self.level, self.rows)
 
     def grades(self, cases: Sequence[LearningCase], train: Sequence[int], test: Sequence[int],
                setting: LearnerSetting) -> list[Grades]:  # fmt: skip
         """``test``'s grades under ``setting``'s model trained on ``train`` (indices of ``cases``)."""
-        fitted = self.fit(ranking_data([cases[i] for i in train], self.level), setting)
+        fitted = self.fit(self.data([cases[i] for i in train]), setting)
         self.on_fit()
         scorer = self.load(fitted.model)
-        return [graded(reordered(cases[i], scorer(window_features(cases[i].query, cases[i].window))),
-                       cases[i].judgments, self.level) for i in test]  # fmt: skip
+        return [graded(reordered(cases[i], scorer(self.rows(cases[i]))), cases[i].judgments, self.level)
+                for i in test]  # fmt: skip
 
 
 def choose_setting(cases: Sequence[LearningCase], among: Sequence[int], now: Sequence[Grades],
@@ -733,7 +758,7 @@ def learn(
         verdict = (f"no proposal: cross-validation over all cases keeps the current ranking, no learned "
                    f"setting beat it ({said})")  # fmt: skip
     else:
-        final = fit(ranking_data(judged, level), setting)
+        final = fit(fitter.data(judged), setting)
         model = LearnedModel(trainer=trainer(setting), model=final.model, level=level.value)
         ranked = sorted(final.importances, key=lambda f: (-f.share, f.feature))[:TOP_IMPORTANCES]
         proposed = gain.gain_low > 0

@@ -466,3 +466,39 @@ def test_the_grids_training_work_is_what_the_training_does_and_is_bounded_once_b
     assert caught.value.details["work"] == work and caught.value.details["rows"] == rows and done == []
     run(folds=4)  # fewer folds, less work: within the bound
     assert sum(done) == training_work(cases, grid, 4)
+
+
+def test_a_learning_computes_each_cases_features_once_and_learns_what_it_did_without_the_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import memory_core.evaluation.learning as learning
+
+    cases = [_case(n, 900 if n % 3 else 100) for n in range(20)]
+    unjudged = [attrs.evolve(_case(100 + n, 900), judgments=Judgments.of()) for n in range(3)]
+    grid = (None, LearnerSetting(rounds=10), LearnerSetting(rounds=20))
+    fits: list[RankingData] = []
+
+    def fit(data: RankingData, setting: LearnerSetting) -> FittedModel:
+        fits.append(data)
+        return _fit_signal(data)
+
+    computed: list[str] = []
+    real = learning.case_rows
+
+    def counted(case: LearningCase) -> tuple[tuple[float, ...], ...]:
+        computed.append(case.case_id)
+        return real(case)
+
+    monkeypatch.setattr(learning, "case_rows", counted)
+    result, model = learn(cases + unjudged, fit=fit, load=_load_signal, current=_current,  # type: ignore[arg-type]
+                          current_revision="c", trainer=lambda s: "t", learn_id="L", project_id="p", created_at="now",
+                          settings=grid, resamples=50)  # fmt: skip
+    assert len(fits) > len(cases) and sorted(computed) == sorted(c.case_id for c in cases)
+    # Every fit was given exactly the rows ``window_features`` computes for its cases.
+    by_rows = {tuple(tuple(r) for r in window_features(c.query, c.window)): c for c in cases}
+    for data in fits:
+        start = 0
+        for size in data.groups:
+            assert data.rows[start : start + size] in by_rows
+            start += size
+    assert model is not None and result.model_digest == model.digest
