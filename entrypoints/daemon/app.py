@@ -2,11 +2,14 @@
 
 Every failure is the one envelope ``{"error": {"code", "message", "details"}}`` with the code's
 fixed status. Engine calls block, so they run in worker threads; the event loop only parses and
-writes JSON.
+writes JSON. A quick call takes one of anyio's default threads (40); a job (``Method.is_job``:
+its thread waits for its process as long as it runs) takes one of ``Context.job_slots`` instead,
+and waits for one holding no thread: many jobs at once never leave a quick call without a thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -23,7 +26,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from memory_core.domain.errors import InvalidRequest, MemoryCoreError
-from memory_core.entrypoints.daemon import api, dispatch
+from memory_core.entrypoints.daemon import api, dispatch, jobs
 from memory_core.entrypoints.wire_input import encodable
 
 log = logging.getLogger("memory_core.daemon")
@@ -127,8 +130,32 @@ def create_app(context: dispatch.Context, *, max_body_bytes: int = api.MAX_BODY_
     converter = api.make_converter()
     contract: dict[str, bytes] = {}
 
+    slots = anyio.CapacityLimiter(context.job_slots)
+
     def encode(method: dispatch.Method, typed: Any) -> bytes:
         return _dumps(api.unstructure(converter, context.call(method, typed)))
+
+    def encode_queued(job: Any, method: dispatch.Method, typed: Any) -> bytes:
+        token = jobs.QUEUED.set(job)  # the job's call takes over the record it waited as
+        try:
+            return encode(method, typed)
+        finally:
+            jobs.QUEUED.reset(token)
+
+    async def job_call(method: dispatch.Method, typed: Any) -> bytes:
+        """A job's answer, once it had a slot: listed meanwhile, waiting (``JobBoard.waiting``),
+        and ended at once by ``cancel_job`` or the daemon's stop, which cancel the wait."""
+        loop = asyncio.get_running_loop()
+        project_id = getattr(typed, "project_id", None)  # an import's body is bytes: none
+        with anyio.CancelScope() as wait:
+
+            def wake() -> None:  # called from another thread, or the stop signal's handler
+                with contextlib.suppress(RuntimeError):  # the loop has closed: nothing waits now
+                    loop.call_soon_threadsafe(wait.cancel)
+
+            with context.board.waiting(method.name, project_id, wake) as job:
+                return await anyio.to_thread.run_sync(partial(encode_queued, job, method, typed), limiter=slots)
+        raise job.interrupted()  # its wait was cancelled: it never started
 
     async def call(request: Request) -> Response:
         started = time.perf_counter()
@@ -148,7 +175,10 @@ def create_app(context: dispatch.Context, *, max_body_bytes: int = api.MAX_BODY_
             else:
                 raise api.MethodNotAllowed(f"{request.method} is not allowed; use POST", method=request.method)
             # Encoding runs in the worker too: an exported fixture is megabytes of JSON.
-            body = await anyio.to_thread.run_sync(partial(encode, method, typed))
+            if method.is_job:
+                body = await job_call(method, typed)
+            else:
+                body = await anyio.to_thread.run_sync(partial(encode, method, typed))
             response = Response(body, media_type=JSON)
         except MemoryCoreError as exc:
             code = exc.code

@@ -27,10 +27,13 @@ from memory_core.entrypoints.daemon.jobs import (
     BODIES_HELD,
     BODY_BYTES_HELD,
     FROM_BODY,
+    JOB_SLOTS,
+    SLOTS_ENV,
     JobBoard,
     JobRunner,
     request_from_body,
 )
+from memory_core.entrypoints.daemon.jobs import OPERATIONS as JOB_OPERATIONS
 from memory_core.operations import (
     JOB,
     MCP,
@@ -80,6 +83,9 @@ class Method:
     summary = property(lambda self: self.op.summary)
     errors = property(lambda self: self.op.errors)
     allow_get = property(lambda self: self.op.allow_get)
+    # A job (``jobs.OPERATIONS``): the app runs it in a job slot (``Context.job_slots``), apart
+    # from the threads of quick calls.
+    is_job = property(lambda self: self.op.name in JOB_OPERATIONS)
 
 
 @attrs.define
@@ -108,6 +114,8 @@ class Context:
     # The undecoded bodies (``Method.undecoded``) held at once, and their bytes: the app holds one
     # from before it reads its body to its job's answer; past the bound it answers daemon_busy.
     bodies: HeldBodies = attrs.field(factory=lambda: HeldBodies())
+    # The jobs that run at once (``jobs.JOB_SLOTS``); the app queues the next, listed and cancellable.
+    job_slots: int = JOB_SLOTS
 
     def __attrs_post_init__(self) -> None:
         if self.jobs is not None:
@@ -134,7 +142,7 @@ class Context:
         """An Engine method that takes long (``jobs.OPERATIONS``): in a child process, so no
         activation waits for it; without a runner, here under the engine lock."""
         if self.jobs is None:
-            with self.board.job(operation.__name__, args), self.engine_held():
+            with self.board.job(operation.__name__, args, in_process=True), self.engine_held():
                 return operation(self.engine, *args, **kwargs)
         return cast(R, self._in_child(operation.__name__, *args, **kwargs))
 
@@ -142,7 +150,7 @@ class Context:
         """A job whose request comes as its body, undecoded (``Method.undecoded``): decoded and
         checked where it runs, in the job's process; without a runner, here (run under the engine lock)."""
         if self.jobs is None:
-            with self.board.job(name, ()) as job:
+            with self.board.job(name, (), in_process=True) as job:
                 try:
                     op, request = request_from_body(name, body)
                 except err.MemoryCoreError:
@@ -163,6 +171,12 @@ class Context:
     def _count(self, delta: int) -> None:
         with self._gauge:
             self.in_flight += delta
+
+
+def job_slots_from_env() -> int:
+    """The job slots, or the count ``SLOTS_ENV`` names (tests lower it)."""
+    value = os.environ.get(SLOTS_ENV)
+    return int(value) if value else JOB_SLOTS
 
 
 @attrs.define

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import contextvars
 import functools
 import itertools
 import logging
@@ -39,7 +40,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -78,12 +79,23 @@ JOB_NICENESS = 10  # activations come first on a machine with few cores
 # tuning of 2,000 cases needs well under 1 GiB. Over it the job fails (job_interrupted,
 # reason "memory") and the daemon, which never held that memory, goes on serving.
 JOB_MEMORY_BYTES = 6 << 30
+# The jobs that run at once, each in its own process; the next waits for a slot, listed (its
+# progress says so) and cancellable, holding no thread (the app's ``job_call``). Jobs are CPU-bound
+# (grading, training, decoding, copying) at a lower priority, and each may take JOB_MEMORY_BYTES:
+# on the two cores this daemon is sized for, a third would only share the same cores and add its
+# memory. Two rather than one, so a short move or import need not wait out an hour's tuning.
+JOB_SLOTS = 2
+SLOTS_ENV = "MEMORY_CORE_JOB_SLOTS"  # tests: a count instead of JOB_SLOTS (read by the server)
+WAITING = "waiting for a job slot"  # a waiting job's progress (its state is running: not ended)
 PAUSE_POINT_ENV = "MEMORY_CORE_JOB_PAUSE"  # tests: the child stops itself (SIGSTOP) once started
 MEMORY_EXIT = 3  # the child's status when it ran out of memory (it answers nothing then)
 IDLE_KEPT = 1  # children kept waiting for the next job
 RETIRE_RSS_BYTES = 512 << 20  # a child that grew past this (an import, say) exits after its answer
 PROGRESS_EVERY_S = 0.2  # a job's progress frames: no more often than this (the last one always)
 _FRAME = struct.Struct(">Q")
+# The record of the job a call was queued as (``JobBoard.waiting``), set in the thread that runs
+# the call once it has a slot: ``JobBoard.job`` takes that record over instead of making one.
+QUEUED: contextvars.ContextVar[_Job | None] = contextvars.ContextVar("queued_job", default=None)
 
 
 @attrs.define
@@ -102,11 +114,23 @@ class _Job:
     progress: str | None = None  # progress_text of its stage, as the child last said it
     refused: bool = False  # failed on its input alone: its body did not decode (REFUSED_KEPT)
     order: int = 0  # when it ended, among the board's ends (ended_at's milliseconds can tie)
+    # Waiting for a job slot (``JobBoard.waiting``), no process started; ``wake`` ends its wait.
+    waiting: bool = False
+    wake: Callable[[], object] | None = None
+    stopping: bool = False  # the daemon stopped it (before it started)
+    in_process: bool = False  # runs in the daemon's process (no runner): cannot be stopped once started
 
     def info(self) -> JobInfo:
-        cancellable = self.state == RUNNING and self.child is not None
+        cancellable = self.state == RUNNING and (self.waiting or not self.in_process)
+        progress = WAITING if self.waiting else self.progress
         return JobInfo(self.job_id, self.operation, self.project_id, self.state, self.started_at, self.ended_at,
-                       self.progress, cancellable, self.error_code)  # fmt: skip
+                       progress, cancellable, self.error_code)  # fmt: skip
+
+    def interrupted(self) -> JobInterrupted:
+        """The error of a job stopped before its process ran."""
+        reason = "stopping" if self.stopping else "cancelled"
+        return JobInterrupted(f"{self.operation} was {'stopped' if self.stopping else 'cancelled'} before it started "
+                              f"({_why(reason)}); nothing was done", reason=reason)  # fmt: skip
 
 
 @attrs.define
@@ -119,29 +143,70 @@ class JobBoard:
     _ended: collections.deque[_Job] = attrs.field(factory=lambda: collections.deque(maxlen=ENDED_KEPT))
     _refused: collections.deque[_Job] = attrs.field(factory=lambda: collections.deque(maxlen=REFUSED_KEPT))
     _ends: Iterator[int] = attrs.field(factory=itertools.count)
-    _lock: threading.Lock = attrs.field(factory=threading.Lock)
+    # Re-entrant: the stop signal's handler (``JobRunner.cancel_all``) runs on the event loop's
+    # thread, which may hold the lock at that moment (``waiting``).
+    _lock: threading.RLock = attrs.field(factory=threading.RLock)
+    _stopping: bool = False
 
     @contextlib.contextmanager
-    def job(self, operation: str, args: tuple[Any, ...]) -> Iterator[_Job]:
-        """A job's record from its start to its end (its state from how the block ended)."""
-        project_id = args[0] if operation in PROJECT_OPERATIONS and args else None
-        job = _Job(new_id(), operation, project_id, utc_now_iso())
+    def waiting(self, operation: str, project_id: str | None, wake: Callable[[], object]) -> Iterator[_Job]:
+        """A job's record while its call waits for a slot: listed (its progress ``WAITING``) and
+        cancellable (``cancel_job`` calls ``wake``, which must end the wait), until the call,
+        given a slot, runs with it as ``QUEUED`` and ``job`` takes it over; if the block ends
+        first (cancelled, stopped, or it failed before), the record ends here."""
+        job = _Job(new_id(), operation, project_id, utc_now_iso(), waiting=True, wake=wake)
         with self._lock:
+            if self._stopping:
+                job.stopping = True
+                raise job.interrupted()
             self._running[job.job_id] = job
-        state = FAILED
-        try:
+        with self._ending(job) as end:
             yield job
-            state = SUCCEEDED
+            end.append(SUCCEEDED)
+
+    @contextlib.contextmanager
+    def job(self, operation: str, args: tuple[Any, ...], *, in_process: bool = False) -> Iterator[_Job]:
+        """A job's record from its start to its end (its state from how the block ended): the one
+        it was queued as (``QUEUED``), else a new one. One stopped while it waited is not started."""
+        project_id = args[0] if operation in PROJECT_OPERATIONS and args else None
+        queued = QUEUED.get()
+        with self._lock:
+            if queued is not None and queued.operation == operation and queued.waiting:
+                QUEUED.set(None)  # taken over once
+                if queued.cancelled or queued.stopping:
+                    raise queued.interrupted()  # its waiting block ends its record
+                job, job.waiting, job.wake = queued, False, None
+                job.project_id = project_id if project_id is not None else job.project_id
+            else:
+                job = _Job(new_id(), operation, project_id, utc_now_iso())
+                self._running[job.job_id] = job
+            job.in_process = in_process
+        with self._ending(job) as end:
+            yield job
+            end.append(SUCCEEDED)
+
+    @contextlib.contextmanager
+    def _ending(self, job: _Job) -> Iterator[list[str]]:
+        """End ``job``'s record as the block ends, unless it ended already (taken over by
+        ``job`` and ended there): succeeded if the block said so, else failed or cancelled."""
+        said: list[str] = []
+        try:
+            yield said
         except MemoryCoreError as exc:
-            job.error_code = exc.code
+            if job.error_code is None and job.job_id in self._running:
+                job.error_code = exc.code
             raise
         finally:
             with self._lock:
-                self._running.pop(job.job_id, None)
-                job.state = CANCELLED if job.cancelled and state == FAILED else state
-                job.ended_at, job.child, job.order = utc_now_iso(), None, next(self._ends)
-                job.refused = job.refused and job.state == FAILED
-                (self._refused if job.refused else self._ended).appendleft(job)
+                if self._running.pop(job.job_id, None) is not None:
+                    state = said[0] if said else FAILED
+                    job.state = CANCELLED if job.cancelled and state == FAILED else state
+                    if job.state != SUCCEEDED and job.error_code is None and (job.cancelled or job.stopping):
+                        job.error_code = JobInterrupted.code  # its wait was ended: no error reached here
+                    job.ended_at, job.child, job.order = utc_now_iso(), None, next(self._ends)
+                    job.waiting, job.wake = False, None
+                    job.refused = job.refused and job.state == FAILED
+                    (self._refused if job.refused else self._ended).appendleft(job)
 
     def _ended_lately(self) -> list[_Job]:
         """Those ended lately, refused ones among them, newest first."""
@@ -157,23 +222,50 @@ class JobBoard:
             return [j.child for j in self._running.values() if j.child is not None]
 
     def cancel(self, job_id: str) -> JobInfo:
-        """Ask a running job's child to stop (SIGTERM: its clean-up runs, nothing it started is
-        kept); its caller gets ``job_interrupted`` (reason ``cancelled``). An ended job is left as
-        it is; a job run in process cannot be cancelled."""
+        """Stop a running job: its child gets SIGTERM (its clean-up runs, nothing it started is
+        kept); one waiting for a slot, or whose child has not started yet, is never started. Its
+        caller gets ``job_interrupted`` (reason ``cancelled``). An ended job is left as it is; a
+        job that runs in the daemon's process cannot be stopped once it started."""
         with self._lock:
             job = self._running.get(job_id) or next((j for j in self._ended_lately() if j.job_id == job_id), None)
             if job is None:
                 raise JobNotFound(f"no job {job_id!r} is running or ended lately", job_id=job_id)
-            child = job.child
-            if job.state == RUNNING and child is None:
+            if job.state != RUNNING:
+                return job.info()
+            if job.in_process and not job.waiting:
                 raise InvalidRequest(f"job {job_id!r} runs in the daemon's process: it cannot be cancelled",
                                      job_id=job_id)  # fmt: skip
-            job.cancelled = child is not None
+            job.cancelled = True
+            child, wake = job.child, job.wake if job.waiting else None
+            info = job.info()
+        log.info("job cancelled", extra={"fields": {"job": job.operation, "job_id": job_id,
+                                                    "started": child is not None}})  # fmt: skip
         if child is not None:
-            log.info("job cancelled", extra={"fields": {"job": job.operation, "job_id": job_id}})
             _signal(child, signal.SIGTERM)
             _signal(child, signal.SIGCONT)
-        return job.info()
+        if wake is not None:
+            wake()
+        return info
+
+    def started(self, job: _Job, child: subprocess.Popen[bytes]) -> bool:
+        """Record ``job``'s child, unless the job was cancelled before it had one (False)."""
+        with self._lock:
+            if job.cancelled:
+                return False
+            job.child = child
+            return True
+
+    def stop_waiting(self) -> None:
+        """The daemon stops: every job waiting for a slot ends now (``job_interrupted``, reason
+        ``stopping``), and none is queued from now on."""
+        with self._lock:
+            self._stopping = True
+            waiting = [j for j in self._running.values() if j.waiting]
+            for job in waiting:
+                job.stopping = True
+            wakes = [j.wake for j in waiting if j.wake is not None]
+        for wake in wakes:
+            wake()
 
 
 @attrs.define
@@ -195,7 +287,11 @@ class JobRunner:
             raise ValueError(f"{operation!r} takes its request's body, undecoded")
         request = pickle.dumps((operation, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
         with self.board.job(operation, args) as job:
-            job.child = child = self._child()
+            child = self._child()
+            if not self.board.started(job, child):  # cancelled before its child had its request
+                self._done_with(child, keep=True)
+                raise JobInterrupted(f"{operation} was cancelled before it started ({_why('cancelled')}); "
+                                     "nothing was done", reason="cancelled")  # fmt: skip
             fields = {"job": operation, "job_id": job.job_id}
             log.info("job started", extra={"fields": {**fields, "pid": child.pid}})
             answer = _exchange(child, request, job)
@@ -245,11 +341,13 @@ class JobRunner:
         return len(self.board.children())
 
     def cancel_all(self) -> None:
-        """Refuse new jobs, let waiting children go, and ask every running child to stop (SIGTERM,
-        and SIGCONT so a child stopped by a signal hears it); ``close`` escalates."""
+        """Refuse new jobs, end those waiting for a slot, let waiting children go, and ask every
+        running child to stop (SIGTERM, and SIGCONT so a child stopped by a signal hears it);
+        ``close`` escalates."""
         with self._lock:
             self._stopping = True
             idle, self._idle = self._idle, []
+        self.board.stop_waiting()
         for child in idle:
             _release(child)
         for child in self.board.children():

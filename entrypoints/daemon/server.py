@@ -35,7 +35,7 @@ from typing import Any
 from memory_core.domain.errors import InvalidRequest, MemoryCoreError
 from memory_core.entrypoints.daemon import paths
 from memory_core.entrypoints.daemon.background import drain, recover_interrupted_runs, start_watcher, warm_up
-from memory_core.entrypoints.daemon.dispatch import Context, HeldBodies
+from memory_core.entrypoints.daemon.dispatch import Context, HeldBodies, job_slots_from_env
 from memory_core.entrypoints.daemon.idle import DEFAULT_IDLE_EXIT_S, IdleClock
 from memory_core.entrypoints.daemon.jobs import JobRunner
 from memory_core.entrypoints.daemon.logs import JsonFormatter as JsonFormatter  # read here by tests and tools
@@ -105,7 +105,7 @@ def serve(
         recover_interrupted_runs(engine)
         started_at = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
         context = Context(engine=engine, home=str(root), socket=str(path), started_at=started_at, idle=clock,
-                          bodies=HeldBodies.from_env())
+                          bodies=HeldBodies.from_env(), job_slots=job_slots_from_env())
         if engine_factory is None:  # a job's process builds the same engine over the home
             context.jobs = jobs = JobRunner(root, board=context.board)
         lock.record(paths.DaemonInfo(os.getpid(), str(path), started_at))

@@ -513,3 +513,170 @@ def test_an_engine_of_other_parts_keeps_bad_input_apart_too() -> None:
     assert [(j.operation, j.state, j.error_code) for j in listed] == [
         ("import_evaluation_set", "failed", "invalid_json")
     ] * jobs.REFUSED_KEPT + [("tune_project", "succeeded", None)]
+
+
+# -- job slots: jobs wait their turn apart from quick calls (issue 31, item 2, review) -----------
+def job_processes(daemon: Daemon) -> list[int]:
+    """The daemon's job processes (``python -m ...daemon.jobs``), stopped or not."""
+    found = []
+    for pid in children(daemon.proc.pid):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        if jobs.__name__.encode() in argv:
+            found.append(pid)
+    return found
+
+
+def listed_waiting(daemon: Daemon, count: int) -> list[Any]:
+    """The jobs ``list_jobs`` shows waiting for a slot, once there are ``count`` of them."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        waiting = [j for j in daemon.client.list_jobs().jobs if j.progress == jobs.WAITING]
+        if len(waiting) >= count:
+            return waiting
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {count} jobs listed waiting within {WAIT_S} s: {daemon.client.list_jobs()}")
+
+
+def with_a_case(daemon: Daemon) -> None:
+    run_id = daemon.client.activate_memory("ledger", QUERY).run_id
+    assert run_id is not None
+    daemon.client.create_evaluation_case(run_id)
+
+
+@pytest.mark.slow
+def test_a_job_past_the_slots_waits_listed_and_runs_once_one_ends(tmp_path: Path) -> None:
+    """Issue 31, item 2 (review): jobs run in at most ``JOB_SLOTS`` processes at once (lowered
+    to 1 here through ``SLOTS_ENV``). With one job's process stopped, a second job starts no
+    process: it is listed waiting (its progress ``WAITING``, cancellable), activations and
+    list_jobs answer at once meanwhile, and it runs once the first has ended. Before, each job
+    started its own process at once, without a bound."""
+    daemon = paused_daemon(tmp_path, "tune_project", env={jobs.SLOTS_ENV: "1"})
+    client = daemon.client
+    try:
+        with_a_case(daemon)
+        first, first_outcome = in_thread(lambda: client.tune_project("ledger", include_unreviewed=True))
+        (child,) = paused_jobs(daemon, 1)
+        second, second_outcome = in_thread(lambda: client.tune_project("ledger", include_unreviewed=True))
+        (waiting,) = listed_waiting(daemon, 1)
+
+        running, queued = client.list_jobs().jobs  # oldest first
+        assert (running.state, running.progress, running.cancellable) == ("running", None, True)
+        assert (queued.job_id, queued.operation, queued.project_id) == (waiting.job_id, "tune_project", "ledger")
+        assert (queued.state, queued.progress, queued.cancellable, queued.ended_at) == (
+            "running", jobs.WAITING, True, None)  # fmt: skip
+        assert job_processes(daemon) == [child], "the waiting job started a process"
+        answer = answered(lambda: client.activate_memory("ledger", QUERY))["value"]
+        assert answer.fragments[0].resource_id == "runbooks/deploy.md"
+        assert len(answered(client.list_jobs)["value"].jobs) == 2
+        assert first.is_alive() and second.is_alive() and not first_outcome and not second_outcome
+
+        os.kill(child, signal.SIGCONT)
+        first.join(timeout=WAIT_S)
+        assert not first.is_alive() and first_outcome
+        (again,) = paused_jobs(daemon, 1)  # the second job's process (the first one's, kept for it)
+        (now,) = [j for j in client.list_jobs().jobs if j.job_id == queued.job_id]
+        assert (now.state, now.progress, now.cancellable) == ("running", None, True)
+        assert second.is_alive() and not second_outcome
+        os.kill(again, signal.SIGCONT)
+        second.join(timeout=WAIT_S)
+        # Both ran to their own answer (the same one: the same tuning), neither was interrupted.
+        assert not second.is_alive() and second_outcome
+        assert not isinstance(first_outcome.get("error"), err.JobInterrupted), first_outcome
+        assert type(first_outcome.get("error")) is type(second_outcome.get("error")), (first_outcome, second_outcome)
+        steps = [(r["message"], r["job_id"]) for r in daemon.log_records()
+                 if r["message"] in ("job started", "job ended")]  # fmt: skip
+        assert steps == [("job started", running.job_id), ("job ended", running.job_id),
+                         ("job started", queued.job_id), ("job ended", queued.job_id)]  # fmt: skip
+    finally:
+        assert daemon.stop() == 0
+
+
+QUICK_THREADS = 40  # anyio's default thread limiter, which every quick call's handler runs on
+
+
+@pytest.mark.slow
+def test_more_jobs_than_quick_call_threads_leave_quick_calls_answering(tmp_path: Path) -> None:
+    """Issue 31, item 2 (review): more jobs at once than the threads quick calls run on. Before,
+    each job held one of those threads for as long as it ran, with its own process: forty held
+    every activation, list_jobs and cancel_job. Now one job runs (one slot), the rest wait
+    holding no thread: quick calls answer at once, a waiting job is cancelled at once (never
+    started), and SIGTERM ends every job, waiting or running, and the daemon promptly."""
+    daemon = paused_daemon(tmp_path, "tune_project", env={jobs.SLOTS_ENV: "1"})
+    client = daemon.client
+    count = QUICK_THREADS + 4
+    try:
+        with_a_case(daemon)
+        body = json.dumps({"project_id": "ledger", "include_unreviewed": True}).encode()
+        calls = [in_thread(lambda: post_body(daemon, "tune_project", body)) for _ in range(count)]
+        (child,) = paused_jobs(daemon, 1)
+        waiting = listed_waiting(daemon, count - 1)
+        assert job_processes(daemon) == [child]
+
+        answer = answered(lambda: client.activate_memory("ledger", QUERY))["value"]
+        assert answer.fragments[0].resource_id == "runbooks/deploy.md"
+        assert len(answered(client.list_jobs)["value"].jobs) == count
+        cancelled = answered(lambda: client.cancel_job(waiting[-1].job_id))["value"]
+        assert (cancelled.job_id, cancelled.cancellable) == (waiting[-1].job_id, True)
+        deadline = time.monotonic() + WAIT_S
+        while not any(outcome for _, outcome in calls) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (ended,) = [outcome["value"] for _, outcome in calls if outcome]  # the cancelled one, at once
+        assert ended[0] == 503, ended
+        assert (ended[1]["error"]["code"], ended[1]["error"]["details"]["reason"]) == ("job_interrupted", "cancelled")
+        (listed,) = [j for j in client.list_jobs().jobs if j.job_id == cancelled.job_id]
+        assert (listed.state, listed.error_code, listed.cancellable) == ("cancelled", "job_interrupted", False)
+        assert job_processes(daemon) == [child], "the cancelled job started a process"
+
+        started = time.monotonic()
+        daemon.proc.send_signal(signal.SIGTERM)
+        assert daemon.proc.wait(timeout=WAIT_S) == 0
+        stopped_in = time.monotonic() - started
+        for worker, _ in calls:
+            worker.join(timeout=WAIT_S)
+        reasons = sorted(outcome["value"][1]["error"]["details"]["reason"] for _, outcome in calls)
+        assert reasons == ["cancelled"] + ["stopping"] * (count - 1)
+        assert stopped_in < jobs.CANCEL_GRACE_S + 10, stopped_in  # not a speed target: it used to wait for jobs
+        assert not alive(child) or process_state(child) == "Z"
+        daemon.client.close()
+    finally:
+        if daemon.proc.poll() is None:
+            assert daemon.stop() == 0
+
+
+def test_a_job_cancelled_before_its_process_started_is_never_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job is listed from before its process is ready; cancelled then, it is not started (its
+    process gets no request) and its caller hears ``cancelled``. Before, cancel_job answered that
+    it "runs in the daemon's process: it cannot be cancelled"."""
+    runner = jobs.JobRunner(tmp_path / "home")
+    real_child = jobs.JobRunner._child
+    starting, go = threading.Event(), threading.Event()
+
+    def slow_child(self: jobs.JobRunner) -> Any:  # holds the moment before its process is ready
+        starting.set()
+        go.wait(WAIT_S)
+        return real_child(self)
+
+    monkeypatch.setattr(jobs.JobRunner, "_child", slow_child)
+    worker, outcome = in_thread(lambda: runner.run("tune_project", "ledger"))
+    try:
+        assert starting.wait(WAIT_S)
+        (listed,) = runner.board.jobs()
+        assert (listed.state, listed.cancellable) == ("running", True)
+        assert runner.board.cancel(listed.job_id).job_id == listed.job_id
+        go.set()
+        worker.join(timeout=WAIT_S)
+        error = outcome.get("error")
+        assert isinstance(error, err.JobInterrupted), outcome
+        assert error.details["reason"] == "cancelled"
+        (ended,) = runner.board.jobs()
+        assert (ended.job_id, ended.state, ended.error_code) == (listed.job_id, "cancelled", "job_interrupted")
+        (kept,) = runner._idle  # it got no request: alive, waiting for the next job
+        assert kept.poll() is None
+    finally:
+        go.set()
+        runner.close()
