@@ -4,7 +4,8 @@ Every failure is the one envelope ``{"error": {"code", "message", "details"}}`` 
 fixed status. Engine calls block, so they run in worker threads; the event loop only parses and
 writes JSON. A quick call takes one of anyio's default threads (40); a job (``Method.is_job``:
 its thread waits for its process as long as it runs) takes one of ``Context.job_slots`` instead,
-and waits for one holding no thread: many jobs at once never leave a quick call without a thread.
+and an index one of ``INDEX_THREADS``, each waiting for one holding no thread: many long calls at
+once never leave a quick call without a thread.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ from memory_core.entrypoints.wire_input import encodable
 log = logging.getLogger("memory_core.daemon")
 JSON = "application/json"
 PARSE_INLINE_BYTES = 1 << 20
+# The threads of the other long calls (``JOB``s that run no process: an index, which waits for the
+# watcher's one worker): few, since the worker builds one at a time, and never a quick call's.
+INDEX_THREADS = 4
 
 
 def _dumps(value: Any) -> bytes:
@@ -131,6 +135,7 @@ def create_app(context: dispatch.Context, *, max_body_bytes: int = api.MAX_BODY_
     contract: dict[str, bytes] = {}
 
     slots = anyio.CapacityLimiter(context.job_slots)
+    index_threads = anyio.CapacityLimiter(INDEX_THREADS)
 
     def encode(method: dispatch.Method, typed: Any) -> bytes:
         return _dumps(api.unstructure(converter, context.call(method, typed)))
@@ -177,6 +182,8 @@ def create_app(context: dispatch.Context, *, max_body_bytes: int = api.MAX_BODY_
             # Encoding runs in the worker too: an exported fixture is megabytes of JSON.
             if method.is_job:
                 body = await job_call(method, typed)
+            elif dispatch.JOB in method.traits:
+                body = await anyio.to_thread.run_sync(partial(encode, method, typed), limiter=index_threads)
             else:
                 body = await anyio.to_thread.run_sync(partial(encode, method, typed))
             response = Response(body, media_type=JSON)

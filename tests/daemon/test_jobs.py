@@ -17,11 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from memory_core.domain import errors as err
 from memory_core.domain.evaluation_errors import EvaluationSetEmpty, InvalidFixture
-from memory_core.domain.model import Source
+from memory_core.domain.model import Layer, Source
 from memory_core.entrypoints.daemon import cli as daemon_cli
 from memory_core.entrypoints.daemon import jobs
 from tests.daemon.process import alive
@@ -680,3 +681,62 @@ def test_a_job_cancelled_before_its_process_started_is_never_started(
     finally:
         go.set()
         runner.close()
+
+
+class HeldIndexer:
+    """The engine's own indexing, held until ``go`` is set: the watcher's worker stays busy."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine, self.catalog = engine, engine.catalog
+        self.started, self.go = threading.Event(), threading.Event()
+
+    def index(self, project_id: str, **kwargs: Any) -> Any:
+        self.started.set()
+        self.go.wait(WAIT_S)
+        return self.engine.index(project_id, **kwargs)
+
+
+def test_many_index_calls_at_once_leave_quick_calls_answering() -> None:
+    """An index (``index_project``, a job listed as ``index:<project>``) waits for the watcher's
+    one worker in its request's thread. Those threads are a few of their own
+    (``app.INDEX_THREADS``): more index calls at once than quick calls have threads, the worker
+    held, leave list_jobs and list_projects answering; every index then ends. Before, each took a
+    quick call's thread, and forty held every call."""
+    import asyncio
+
+    import httpx
+
+    from memory_core.adapters.files.watcher import Watcher
+    from memory_core.adapters.in_memory.storage import InMemoryScanner
+    from memory_core.entrypoints.bootstrap import bootstrap_in_memory
+    from memory_core.entrypoints.daemon.app import create_app
+    from memory_core.entrypoints.daemon.dispatch import Context
+    from tests.daemon.conftest import ORG, PROJ, docs
+
+    engine = bootstrap_in_memory(scanner=InMemoryScanner(docs()))
+    engine.add_project("ledger", [Source(ORG, Layer.ORGANIZATION), Source(PROJ)])
+    indexer = HeldIndexer(engine)
+    watcher = Watcher(indexer, watch=False).start()
+    context = Context(engine, home="/h", watcher=watcher)
+    count = QUICK_THREADS + 4
+
+    async def calls() -> tuple[list[int], list[int]]:
+        transport = httpx.ASGITransport(app=create_app(context))
+        async with httpx.AsyncClient(transport=transport, base_url="http://daemon", timeout=WAIT_S) as client:
+            indexes = [asyncio.create_task(client.post("/v1/index_project", json={"project_id": "ledger"}))
+                       for _ in range(count)]  # fmt: skip
+            assert await asyncio.to_thread(indexer.started.wait, WAIT_S)
+            with anyio.fail_after(10):  # not a speed target: before, these waited for the indexes
+                quick = [await client.post(f"/v1/{name}", json={}) for name in ("list_jobs", "list_projects")]
+            assert not any(task.done() for task in indexes), "an index answered while the worker was held"
+            indexer.go.set()
+            return [r.status_code for r in quick], [r.status_code for r in await asyncio.gather(*indexes)]
+
+    try:
+        quick, indexed = asyncio.run(calls())
+    finally:
+        indexer.go.set()
+        watcher.close()
+        engine.close()
+    assert quick == [200, 200]
+    assert indexed == [200] * count
