@@ -174,9 +174,9 @@ class Context:
 
 
 def job_slots_from_env() -> int:
-    """The job slots, or the count ``SLOTS_ENV`` names (tests lower it)."""
+    """The job slots, or the count ``SLOTS_ENV`` names (tests lower it; at least one, or no job would run)."""
     value = os.environ.get(SLOTS_ENV)
-    return int(value) if value else JOB_SLOTS
+    return max(1, int(value)) if value else JOB_SLOTS
 
 
 @attrs.define
