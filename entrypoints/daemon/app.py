@@ -141,11 +141,11 @@ def create_app(context: dispatch.Context, *, max_body_bytes: int = api.MAX_BODY_
         return _dumps(api.unstructure(converter, context.call(method, typed)))
 
     def encode_queued(job: Any, method: dispatch.Method, typed: Any) -> bytes:
-        token = jobs.QUEUED.set(job)  # the job's call takes over the record it waited as
+        token = jobs.QUEUED_RECORD.set(job)  # the job's call takes over the record it waited as
         try:
             return encode(method, typed)
         finally:
-            jobs.QUEUED.reset(token)
+            jobs.QUEUED_RECORD.reset(token)
 
     async def job_call(method: dispatch.Method, typed: Any) -> bytes:
         """A job's answer, once it had a slot: listed meanwhile, waiting (``JobBoard.waiting``),

@@ -112,7 +112,7 @@ def _status(home: str | None, *, as_json: bool) -> int:
         return 0
     with client:
         st = client.runtime_status()
-        running = [job for job in client.list_jobs().jobs if job.state == "running"]
+        running = [job for job in client.list_jobs().jobs if job.state in ("queued", "running")]
     if as_json:
         from memory_core.domain.canonical import plain
 
@@ -128,7 +128,8 @@ def _status(home: str | None, *, as_json: bool) -> int:
     for job in running:  # what runs beside activations (list_jobs); cancel_job stops the cancellable
         since = f" since {job.started_at}" if job.started_at else ""
         at = f", {job.progress}" if job.progress else ""
-        print(f"job: {job.operation} {job.project_id or ''}{since}{at} (id {job.job_id})".replace("  ", " "))
+        state = " (queued)" if job.state == "queued" else ""
+        print(f"job: {job.operation}{state} {job.project_id or ''}{since}{at} (id {job.job_id})".replace("  ", " "))
     return 0
 
 

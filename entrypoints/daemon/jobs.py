@@ -49,7 +49,7 @@ import attrs
 from memory_core.domain.clock import utc_now_iso
 from memory_core.domain.errors import InvalidRequest, JobInterrupted, JobNotFound, MemoryCoreError
 from memory_core.domain.ids import new_id
-from memory_core.domain.jobs import CANCELLED, FAILED, RUNNING, SUCCEEDED, JobInfo
+from memory_core.domain.jobs import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, JobInfo
 from memory_core.domain.progress import Progress, progress_text
 
 log = logging.getLogger("memory_core.daemon")
@@ -86,7 +86,7 @@ JOB_MEMORY_BYTES = 6 << 30
 # memory. Two rather than one, so a short move or import need not wait out an hour's tuning.
 JOB_SLOTS = 2
 SLOTS_ENV = "MEMORY_CORE_JOB_SLOTS"  # tests: a count instead of JOB_SLOTS (read by the server)
-WAITING = "waiting for a job slot"  # a waiting job's progress (its state is running: not ended)
+WAITING = "waiting for a job slot"  # a waiting job's progress (listed queued; on the board it is not ended)
 PAUSE_POINT_ENV = "MEMORY_CORE_JOB_PAUSE"  # tests: the child stops itself (SIGSTOP) once started
 MEMORY_EXIT = 3  # the child's status when it ran out of memory (it answers nothing then)
 IDLE_KEPT = 1  # children kept waiting for the next job
@@ -95,7 +95,7 @@ PROGRESS_EVERY_S = 0.2  # a job's progress frames: no more often than this (the 
 _FRAME = struct.Struct(">Q")
 # The record of the job a call was queued as (``JobBoard.waiting``), set in the thread that runs
 # the call once it has a slot: ``JobBoard.job`` takes that record over instead of making one.
-QUEUED: contextvars.ContextVar[_Job | None] = contextvars.ContextVar("queued_job", default=None)
+QUEUED_RECORD: contextvars.ContextVar[_Job | None] = contextvars.ContextVar("queued_job", default=None)
 
 
 @attrs.define
@@ -123,7 +123,8 @@ class _Job:
     def info(self) -> JobInfo:
         cancellable = self.state == RUNNING and (self.waiting or not self.in_process)
         progress = WAITING if self.waiting else self.progress
-        return JobInfo(self.job_id, self.operation, self.project_id, self.state, self.started_at, self.ended_at,
+        state = QUEUED if self.waiting and self.state == RUNNING else self.state
+        return JobInfo(self.job_id, self.operation, self.project_id, state, self.started_at, self.ended_at,
                        progress, cancellable, self.error_code)  # fmt: skip
 
     def interrupted(self) -> JobInterrupted:
@@ -150,9 +151,9 @@ class JobBoard:
 
     @contextlib.contextmanager
     def waiting(self, operation: str, project_id: str | None, wake: Callable[[], object]) -> Iterator[_Job]:
-        """A job's record while its call waits for a slot: listed (its progress ``WAITING``) and
+        """A job's record while its call waits for a slot: listed (state ``queued``, progress ``WAITING``) and
         cancellable (``cancel_job`` calls ``wake``, which must end the wait), until the call,
-        given a slot, runs with it as ``QUEUED`` and ``job`` takes it over; if the block ends
+        given a slot, runs with it as ``QUEUED_RECORD`` and ``job`` takes it over; if the block ends
         first (cancelled, stopped, or it failed before), the record ends here."""
         job = _Job(new_id(), operation, project_id, utc_now_iso(), waiting=True, wake=wake)
         with self._lock:
@@ -167,12 +168,12 @@ class JobBoard:
     @contextlib.contextmanager
     def job(self, operation: str, args: tuple[Any, ...], *, in_process: bool = False) -> Iterator[_Job]:
         """A job's record from its start to its end (its state from how the block ended): the one
-        it was queued as (``QUEUED``), else a new one. One stopped while it waited is not started."""
+        it was queued as (``QUEUED_RECORD``), else a new one. One stopped while it waited is not started."""
         project_id = args[0] if operation in PROJECT_OPERATIONS and args else None
-        queued = QUEUED.get()
+        queued = QUEUED_RECORD.get()
         with self._lock:
             if queued is not None and queued.operation == operation and queued.waiting:
-                QUEUED.set(None)  # taken over once
+                QUEUED_RECORD.set(None)  # taken over once
                 if queued.cancelled or queued.stopping:
                     raise queued.interrupted()  # its waiting block ends its record
                 job, job.waiting, job.wake = queued, False, None

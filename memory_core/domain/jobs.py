@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import attrs
 
-RUNNING, SUCCEEDED, FAILED, CANCELLED = "running", "succeeded", "failed", "cancelled"
-JOB_STATES = (RUNNING, SUCCEEDED, FAILED, CANCELLED)
+# queued: waiting for a job slot, no process started yet (cancel_job ends it; it never ran)
+QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "queued", "running", "succeeded", "failed", "cancelled"
+JOB_STATES = (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
 
 
 @attrs.frozen
 class JobInfo:
-    """One job, running or recently ended."""
+    """One job, queued, running or recently ended."""
 
     job_id: str = attrs.field(metadata={"schema": {"description": "what cancel_job takes"}})
     operation: str = attrs.field(metadata={"schema": {"description": "the daemon method it runs"}})

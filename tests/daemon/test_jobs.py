@@ -567,7 +567,7 @@ def test_a_job_past_the_slots_waits_listed_and_runs_once_one_ends(tmp_path: Path
         assert (running.state, running.progress, running.cancellable) == ("running", None, True)
         assert (queued.job_id, queued.operation, queued.project_id) == (waiting.job_id, "tune_project", "ledger")
         assert (queued.state, queued.progress, queued.cancellable, queued.ended_at) == (
-            "running", jobs.WAITING, True, None)  # fmt: skip
+            "queued", jobs.WAITING, True, None)  # fmt: skip
         assert job_processes(daemon) == [child], "the waiting job started a process"
         answer = answered(lambda: client.activate_memory("ledger", QUERY))["value"]
         assert answer.fragments[0].resource_id == "runbooks/deploy.md"
