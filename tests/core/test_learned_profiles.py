@@ -150,3 +150,22 @@ def test_a_missing_model_is_refused_when_set() -> None:
     engine = engine_with_other()
     with pytest.raises(LearnedModelRefused, match="has no learned model"):
         engine.set_project_profile("demo", {"learned_model": "0" * 64})
+
+
+def test_a_learning_over_the_work_bound_is_refused_through_the_engine_and_keeps_nothing() -> None:
+    import memory_core.evaluation.learning as learning
+
+    engine = refused_until_reviewed("learn_project")
+    fits: list[Any] = []
+    learner = type(engine.learner)
+    fit = learner.fit
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(learning, "MAX_TRAINING_WORK", 1)
+        patch.setattr(learner, "fit", lambda self, data: fits.append(data) or fit(self, data))
+        with pytest.raises(InvalidRequest, match="row-rounds of training") as caught:
+            engine.learn_project("demo", include_unreviewed=True, folds=2, settings=SHIPPED)
+        assert fits == [] and engine.learnings("demo") == []  # refused before any fit; nothing kept
+    # Counted once, on the rows the training is given: those of the same learning within the bound.
+    result = engine.learn_project("demo", include_unreviewed=True, folds=2, settings=SHIPPED)
+    assert caught.value.details["rows"] == result.training_rows > 0
+    assert caught.value.details["work"] > caught.value.details["limit"] == 1
