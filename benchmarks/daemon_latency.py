@@ -498,32 +498,46 @@ def run(quick: bool) -> dict[str, Any]:
 # -- the report -------------------------------------------------------------------------------
 # Measured outside ``run`` (the same hour as the 2026-12-07 full run, on the same homes): how much
 # the ratios move between runs. Fixed text; the rest of the closing prose is computed from the result.
-BETWEEN_RUNS = """The ratios move with the load and, on CISI's 75 queries, from run to run: the full run just
-before this one (load 5.9-7.2, `benchmarks/results/daemon_latency_earlier.json`) gave p50 ratios of
-0.45 [0.42, 0.50] on Cranfield, 0.73 [0.55, 0.84] on CISI, 0.48 on LoCoMo dev and 0.41 on SciFact
-train, and CISI alone right after it (`daemon_latency_cisi_repeat.json`) 0.47 [0.41, 0.61] at a
-load of 4.1; the session before (load 4.7-5.5) 0.52, 0.54, 0.49 and 0.43, and at a load of 7-9
-(`benchmarks/results/daemon_latency_busier.json`) 0.39, 0.48, 0.46 and 0.36. The peer's torch fp32
+BETWEEN_RUNS = """The ratios move with the load and, on CISI's 75 queries, from run to run. This run's load swung
+from 4.4 to 15.3 (other engineers' jobs): Cranfield was measured at 6.5-15.3 and CISI at 12.5-13.5,
+where the peer's fp32 query embedding stretches most, and LoCoMo dev's peer was quicker than in any
+run before (17.7 ms p50 against 28.8-31.5). The full run before this one (the BM25 read before
+597fd8f, load 5.1-7.2, `benchmarks/results/daemon_latency_previous.json`) gave p50 ratios of 0.52
+[0.48, 0.57] on Cranfield, 0.68 [0.49, 0.80] on CISI, 0.48 [0.46, 0.50] on LoCoMo dev and 0.44
+[0.42, 0.46] on SciFact train; the one before it (load 5.9-7.2, `daemon_latency_earlier.json`)
+0.45, 0.73, 0.48 and 0.41, and CISI alone right after it (`daemon_latency_cisi_repeat.json`) 0.47
+[0.41, 0.61] at a load of 4.1; the session before (load 4.7-5.5) 0.52, 0.54, 0.49 and 0.43, and at
+a load of 7-9 (`benchmarks/results/daemon_latency_busier.json`) 0.39, 0.48, 0.46 and 0.36. Between
+runs, then, the ratios differ by the load more than by the code: the before/after runs above put
+both versions of the code in one run. The peer's torch fp32
 query embedding needs several times the CPU of memory-core's int8 one, so the busier the cores, the
 more the peer stretches; the issue's 0.80x was measured on a quieter machine. The shortest queries
 are the hardest: the peer's embedding of a few words is cheap, while memory-core's fixed costs (the
 hand-offs between threads, the HTTP, the Run) are the same for any query."""
 
 # Measured with the before/after runs above (2026-12-07), fixed text: what they show.
-BEFORE_AFTER = """What the BM25 read bought (597fd8f: each hit's id from the sort's `id` doc value instead of its
-stored document, and the whole search one call into Java): in process, one thread, a depth-100
-search on Cranfield took 0.5-0.7 ms of wall once the JVM had compiled it (searches 250-1,600 of the
-process) against 0.9-1.3 ms for the two-array read it replaces, the same hits, order and scores
-(`tests/adapters/test_lucene_hits.py`). Through the daemon that is the `bm25` stage, 1.4 against
-1.9 ms p50 on Cranfield after 600 warm-up queries; but BM25 runs beside the query embedding (4.7-9.9
-ms), which stays on the critical path, so a whole call's p50 did not move significantly on either
-collection (now / before 0.99 [0.92, 1.04] on Cranfield, 0.96 [0.88, 1.09] on CISI) while
-Cranfield's p95 fell to 0.80 [0.70, 0.97] of before (less CPU competing on two cores). After the
-benchmark's usual 20 warm-up queries neither difference is significant: over a daemon's first few
-hundred searches the JVM is still compiling Lucene's code and the search itself costs 1.2-3.4 ms
-either way. The same warm-up moves the goal's ratio more than any change here: Cranfield 0.56
-[0.50, 0.61] after 20 queries and 0.49 [0.45, 0.52] after 600 (CISI 0.51 and 0.50), the load
-2.3-3.9 in both; an on-demand daemon that exits after 10 idle minutes starts cold again."""
+BEFORE_AFTER = """What the BM25 read bought (597fd8f: each hit's id from the sort's `id` doc value
+instead of its stored document, and the whole search one call into Java). In process, one thread
+(five runs of a process's first 800 or 1,600 depth-100 searches on Cranfield, medians over stretches
+of them): from about the 500th search on, 0.5-0.8 ms against 0.9-1.3 for the two-array read it
+replaces; before that both are slower while the JVM compiles (1.3-5 ms over searches 20-250, either
+read), and the process used less CPU in all, JIT included (3.2-4.0 against 4.3-4.6 s for 800
+searches and the JVM's start, three runs each); the hits, order and scores are the same
+(`tests/adapters/test_lucene_hits.py`). Through the daemon the `bm25` stage's p50 fell by 0.5-1.5 ms
+in every run but one (table; CISI's 75 queries in run 2: +0.3), where two A/A runs (both daemons the
+same code, LoCoMo dev) differed by 0.03 and 0.47 ms. But BM25 runs beside the query embedding, which
+stays on the critical path, so a whole call's p50 moved within the spread between runs: now / before
+0.90-1.04 on Cranfield and CISI, 1.01 on SciFact, and on LoCoMo dev 1.12 [1.07, 1.16] in run 3 but
+0.96 [0.94, 0.98] in run 4 at a lower load; the A/A runs gave 0.99 [0.96, 1.01] and 1.01 [0.99,
+1.04] for p50, and 0.87 [0.79, 0.98] and 0.97 [0.91, 1.08] for p95 (the first one's file was
+overwritten: its figures are from its log), so differences of a few percent, and a p95 interval that
+excludes 1, are within what the benchmark's two daemons differ by anyway. Not significant overall.
+What moves the goal's ratio far more is the machine's load and the JVM's warm-up: Cranfield 0.56
+[0.50, 0.61] after 20 warm-up queries and 0.49 [0.45, 0.52] after 600 (runs 1 and 2, load 2.3-3.9);
+LoCoMo dev 0.51 [0.48, 0.53] at a load of 3.9 (run 3), 0.67-0.70 at 1.7-3.2 (run 4, A/A) and 0.60 at
+6.6-9.0 (the full run above, whose peer was unusually quick). An on-demand daemon that exits after
+10 idle minutes starts cold again: warming its JVM with searches of its own after a start would help
+every first few hundred activations."""
 
 REMAINS = """What remains, short queries first (the stage table): the query embedding (one int8 ONNX run,
 compute-bound: about 2.6 ms + 0.11 ms per token of CPU; a faster one changes the vectors, which is
@@ -558,7 +572,9 @@ def _closing(result: Mapping[str, Any]) -> str:
         f"slower undone), and the engine now takes {_ratio(now, 'ratio_p50')} of its time before. The answers are "
         "unchanged: every candidate's ranks and scores and every fragment of all 1,869 judged queries of the four "
         "collections equal those with both engine changes undone, and `tests/adapters/test_lucene_hits.py` holds "
-        "the BM25 read to Anserini's."
+        "the BM25 read to Anserini's; the read of 597fd8f gave the same hits, order and scores as "
+        "`SimpleSearcher.search` (ids from the stored fields) for all 1,867 judged queries of the four collections "
+        "at depths 1, 10, 100 and 200 on their indexes here (7,468 searches, 580,247 hits)."
     )
 
 
@@ -575,7 +591,7 @@ loop, per-thread CPU from `/proc/<pid>/task`, micro-benchmarks of each stage wit
   reading each hit's stored id 0.75 ms, and about 1 ms for pyjnius to wrap one `ScoredDoc` per hit and
   read its two fields a JNI call at a time. At depth 10 the whole call took 0.6 ms: the cost is per hit.
   Then the hits crossed as two arrays, identical hits and scores, 1.4 ms; now (597fd8f) the ids come
-  from the sort's doc values, never the stored documents, and the search is one call (below).
+  from the sort's doc values, never the stored documents, and the search is one call (above).
 - *embed_query*: one ONNX Runtime int8 run (about 1.6 ms CPU unloaded) and the Rust tokenizer (0.2 ms).
   Both release the GIL, as the JVM does during a search, so the query is now embedded on a helper
   thread while the exact and BM25 stages run (`services/activation._BESIDE`): on two free cores the
@@ -643,25 +659,40 @@ def _buckets(c: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return sorted(c["buckets"].items(), key=lambda kv: int(kv[0].split("-")[0].rstrip("+")))
 
 
+# The before/after runs kept (``MEMCORE_LATENCY_BEFORE``; each file renamed after its run), in the order run.
+BEFORE_AFTER_RUNS = (
+    ("1", "before_after_first"),
+    ("2", "before_after_warm600"),
+    ("3", "before_after"),
+    ("4", "before_after_repeat"),
+    ("A/A", "before_after_aa"),
+)
+
+
 def _before_after_lines() -> list[str]:
-    """The saved before/after runs (``MEMCORE_LATENCY_BEFORE``), after each warm-up they used."""
-    runs = [r for r in (read_result(f"{NAME}_before_after"), read_result(f"{NAME}_before_after_warm600")) if r]
+    """The saved before/after runs, one row per collection and run."""
+    runs = [(label, r) for label, name in BEFORE_AFTER_RUNS if (r := read_result(f"{NAME}_{name}"))]
     if not runs:
         return []
     lines = [
         "",
-        f"**Before and after, through the daemon** ({runs[0]['undone']} against now): two daemons, one "
-        "running each copy of the code over its own copy of the same indexed home, and the peer, taking turns "
-        "query by query (`MEMCORE_LATENCY_BEFORE`); p50 / p95 in ms; ratios to the peer, and of now to before, "
-        "with 95 % bootstrap intervals over queries; the paired median difference now − before; the `bm25` "
-        "stage's p50 as each daemon reports it.",
+        "**Before and after, through the daemon**: two daemons, one running each copy of the code over its own "
+        "copy of the same indexed home, and the peer, taking turns query by query (`MEMCORE_LATENCY_BEFORE`); "
+        "p50 / p95 in ms; ratios to the peer, and of now to before, with 95 % bootstrap intervals over queries; "
+        "the paired median difference now − before in ms; the `bm25` stage's p50 as each daemon reports it. "
+        "Before: "
+        + "; ".join(
+            f"{undone} (run {', '.join(label for label, r in runs if r['undone'] == undone)})"
+            for undone in dict.fromkeys(r["undone"] for _, r in runs)
+        )
+        + ".",
         "",
-        "| collection | measured | warm-up queries | queries | peer p50 / p95 | now p50 / p95 | before p50 / p95 "
+        "| run | collection | warm-up queries | queries | peer p50 / p95 | now p50 / p95 | before p50 / p95 "
         "| now p50 ratio | before p50 ratio | now / before p50 | now / before p95 | paired median | bm25 now / before "
         "| load |",
         "|---|---|---:|---:|---:|---:|---:|---|---|---|---|---:|---:|---:|",
     ]
-    for r in runs:
+    for label, r in runs:
         for name in ORDER:
             c = r["collections"].get(name)
             if c is None:
@@ -669,7 +700,7 @@ def _before_after_lines() -> list[str]:
             now, before, ab = c["now"], c["before"], c["now_over_before"]
             bm25, warm = c["engine_stages_p50"], c.get("warmup", WARMUP)  # the first run kept no count: the default
             lines.append(
-                f"| {name} | {r['machine']['date']} | {warm} | {c['queries']} | {now['peer_p50']:.1f} / "
+                f"| {label} | {name} | {warm} | {c['queries']} | {now['peer_p50']:.1f} / "
                 f"{now['peer_p95']:.1f} | {now['p50']:.1f} / {now['p95']:.1f} | {before['p50']:.1f} / "
                 f"{before['p95']:.1f} | {_ratio(now, 'ratio_p50')} | {_ratio(before, 'ratio_p50')} "
                 f"| {_ratio(ab, 'ratio_p50')} | {_ratio(ab, 'ratio_p95')} | {c['paired_median_diff']:+.2f} "
