@@ -544,11 +544,19 @@ compute-bound: about 2.6 ms + 0.11 ms per token of CPU; a faster one changes the
 the model's business, issue 33, and the critical path beside which BM25 runs), the JVM's compilers
 (above: CPU on the other core for thousands of searches after a start, and slow searches until
 then: a daemon could warm its JVM with searches of its own while idle after a start), the exact dense product
-(memory-bound at SciFact's size), fusion's ~180 candidates in Python (`retrieval/pipeline.fuse`), and
+(memory-bound at SciFact's size), fusion's ~180 candidates in Python (`retrieval/pipeline.fuse`,
+0.21 ms of CPU unloaded on Cranfield), and
 outside the engine (5-7 ms at this load, where the peer has none) the hand-offs between threads,
 h11's pure-Python HTTP parsing on the event loop (httptools is not installed), the typed client's
 decoding and the Run writer's CPU (1.8 ms a Run, now after the answer but still on the same two
-cores)."""
+cores). The catalog's reads are not it: the project, the current generation and the ranking profile
+take 0.05 ms together unloaded, though the `validate` and `load` stages around them take 0.26 and
+0.16 ms p50 in the daemon, where each SQLite statement hands the GIL to the threads beside it. A
+shorter GIL switch interval in the daemon (0.5 ms against 5, set by a `sitecustomize` in one of
+two otherwise equal daemons, load 1.5-2.4, `daemon_latency_switch_interval.json`) bought nothing:
+p50 0.96 [0.91, 1.01] of the default's on Cranfield, 1.03 [1.00, 1.06] on LoCoMo dev. At that load
+the ratios to the peer were 0.64-0.67 on Cranfield and 0.70-0.72 on LoCoMo dev: on a quiet machine
+the goal is further off than any run above shows."""
 
 
 def _closing(result: Mapping[str, Any]) -> str:
