@@ -502,3 +502,32 @@ def test_a_learning_computes_each_cases_features_once_and_learns_what_it_did_wit
             assert data.rows[start : start + size] in by_rows
             start += size
     assert model is not None and result.model_digest == model.digest
+
+
+def test_held_out_cases_are_graded_by_their_own_scores_when_scored_in_one_call() -> None:
+    from memory_core.evaluation.learning import Trainer, graded
+    from memory_core.evaluation.metrics import MetricLevel
+
+    # Windows of different sizes, the relevant unit at different places: a score given to the
+    # wrong case's unit would change some grade.
+    whole = [_case(n, 900 if n % 2 else 50, at=n % 4) for n in range(12)]
+    cases = [attrs.evolve(c, window=c.window[: 4 + n % 5]) for n, c in enumerate(whole)]
+    calls: list[int] = []
+
+    def load(model: str) -> object:
+        scorer = _load_signal(model)
+
+        def score(rows: Sequence[Sequence[float]]) -> list[float]:
+            calls.append(len(rows))
+            return scorer(rows)  # type: ignore[operator, no-any-return]
+
+        return score
+
+    trainer = Trainer(lambda data, setting: _fit_signal(data), load)  # type: ignore[arg-type]
+    test = [1, 4, 6, 7, 10]
+    got = trainer.grades(cases, [0, 2, 3, 5, 8, 9, 11], test, LearnerSetting())
+    scorer = _load_signal(_fit_signal(trainer.data([cases[i] for i in (0, 2, 3, 5, 8, 9, 11)])).model)
+    expected = [graded(reordered(cases[i], scorer(window_features(cases[i].query, cases[i].window))),  # type: ignore[operator]
+                       cases[i].judgments, MetricLevel.RESOURCE) for i in test]  # fmt: skip
+    assert got == expected and calls == [sum(len(cases[i].window) for i in test)]
+    assert len({g[0] for g in got}) > 1  # not all alike: the check can tell cases apart
