@@ -61,6 +61,15 @@ from memory_core.retrieval.profile import BM25_B, BM25_K1
 
 METADATA_FILE = "lexical.json"
 _FORMAT = 2  # 2: docids are hex unit ids (stable across generations), lexical.json has text digests
+# pyjnius keeps a Java method on one Python object shared by every instance of its class and sets
+# the instance on it at each attribute read (kivy/pyjnius#287, #563, #588), and resolves a method
+# on first use: two threads calling one method on two searchers, or building two searchers' hit
+# readers at once, can run it on the other's object or crash the JVM (a daemon starting with its
+# warm-up beside the watcher did). Every call on the searchers' classes (opening one, each search,
+# closing) holds this lock: a search is well under a millisecond of Java. The writers' classes are
+# used by one build at a time; what they share with the searchers (reading a private field, the
+# count of a finished build, the error mapping's class test) holds it too.
+_SHARED = threading.RLock()
 _WRITE_LOCK = "write.lock"
 _BATCH = 5000
 # Java's String.trim() strips code points <= U+0020; Anserini rejects a document that is empty
@@ -94,11 +103,12 @@ _MAX_JAVA_MESSAGE = 300
 @functools.lru_cache(maxsize=256)
 def _java_class_is(classname: str, ancestor: str) -> bool:
     jnius = jvm.ensure_jvm()
-    cls = jnius.autoclass("java.lang.Class")
-    try:
-        return bool(cls.forName(ancestor).isAssignableFrom(cls.forName(classname)))
-    except Exception:
-        return False
+    with _SHARED:
+        cls = jnius.autoclass("java.lang.Class")
+        try:
+            return bool(cls.forName(ancestor).isAssignableFrom(cls.forName(classname)))
+        except Exception:
+            return False
 
 
 def _java_chain(exc: BaseException) -> list[tuple[str, str]]:
@@ -164,8 +174,9 @@ def _index_writer(jnius: Any, indexer: Any) -> Any:
     then look like a damaged index): its private IndexWriter is committed here instead."""
     # commons-lang3 (in Anserini's jar) reads the field: pyjnius's java.lang.reflect.Field
     # wrapper has no get().
-    field_utils = jnius.autoclass("org.apache.commons.lang3.reflect.FieldUtils")
-    return jnius.cast("org.apache.lucene.index.IndexWriter", field_utils.readField(indexer, "writer", True))
+    with _SHARED:  # FieldUtils reads the searchers' fields too
+        field_utils = jnius.autoclass("org.apache.commons.lang3.reflect.FieldUtils")
+        return jnius.cast("org.apache.lucene.index.IndexWriter", field_utils.readField(indexer, "writer", True))
 
 
 def _raw(unit_id: str, text: str) -> str:
@@ -284,11 +295,12 @@ class LuceneIndexFactory:
                 base = None
         if base is None:
             self._build_all(jnius, directory, indexed, text_of)
-        searcher = _open_java_searcher(directory)
-        try:
-            stored = _java("read", directory, searcher.get_total_num_docs)
-        finally:
-            searcher.close()
+        with _SHARED:
+            searcher = _open_java_searcher(directory)
+            try:
+                stored = _java("read", directory, searcher.get_total_num_docs)
+            finally:
+                searcher.close()
         if stored != len(indexed):  # numDocs: live documents, so a delete that missed shows too
             raise GenerationCorrupted(
                 f"lexical index at {directory} holds {stored} of {len(indexed)} documents",
@@ -328,20 +340,20 @@ class LuceneIndexFactory:
         directory = Path(directory)
         unit_ids = _read_metadata(directory)
         jvm.attach_current_thread()
-        searcher = _open_java_searcher(directory)
-        try:
-            searcher.set_bm25(float(self.k1), float(self.b))
-            count = _java("read", directory, searcher.get_total_num_docs)
-        except Exception:
-            searcher.close()
-            raise
-        if count != len(unit_ids):
-            searcher.close()
-            raise GenerationCorrupted(
-                f"lexical index at {directory} holds {count} documents, its metadata lists {len(unit_ids)}",
-                directory=str(directory),
-            )
-        return LuceneSearcher(searcher, tuple(unit_ids), str(directory))
+        with _SHARED:
+            searcher = _open_java_searcher(directory)
+            try:
+                searcher.set_bm25(float(self.k1), float(self.b))
+                count = _java("read", directory, searcher.get_total_num_docs)
+                if count != len(unit_ids):
+                    raise GenerationCorrupted(
+                        f"lexical index at {directory} holds {count} documents, its metadata lists {len(unit_ids)}",
+                        directory=str(directory),
+                    )
+                return LuceneSearcher(searcher, tuple(unit_ids), str(directory))  # builds its hit reader
+            except BaseException:
+                searcher.close()
+                raise
 
 
 class LuceneSearcher:
@@ -373,7 +385,8 @@ class LuceneSearcher:
             self._in_flight += 1
         try:
             jvm.attach_current_thread()
-            docids, scores = _java("read", self._directory, lambda: self._top_hits(text, depth))
+            with _SHARED:
+                docids, scores = _java("read", self._directory, lambda: self._top_hits(text, depth))
             return [(_unit_id(d), float(s)) for d, s in zip(docids, scores, strict=True)]
         finally:
             with self._state:
@@ -388,7 +401,8 @@ class LuceneSearcher:
             while self._in_flight:
                 self._state.wait()
         jvm.attach_current_thread()
-        self._java.close()
+        with _SHARED:
+            self._java.close()
 
 
 class _TopHits:
