@@ -6,6 +6,7 @@ at shutdown."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,20 +15,39 @@ from memory_core.entrypoints.bootstrap import background_indexer as background_i
 from memory_core.entrypoints.bootstrap import background_watcher
 from memory_core.entrypoints.daemon.dispatch import Context
 from memory_core.services.engine import Engine
+from memory_core.services.open_generations import warm_lexical
 
 log = logging.getLogger("memory_core.daemon")
 DRAIN_TIMEOUT_S = 30.0
+# The warm-up's searches (all projects together) and its time: about what the JVM needs to compile
+# Lucene's search path (docs/performance.md: a cold daemon's p50 ratio to the peer 0.56 after 20
+# queries, 0.49 after 600), bounded so a large home's start costs at most a few seconds of a core.
+WARM_SEARCHES = 400
+WARM_SECONDS = 4.0
 
 
 def warm_up(context: Context) -> None:
-    """Load the embedding model before the first query when some project can be queried."""
+    """Load the embedding model and let the JVM compile Lucene's search path (``warm_lexical``)
+    before the first query, when some project can be queried."""
     engine = context.engine
     try:
         with context.engine_lock:  # the catalog is used from one thread at a time
-            queryable = any(info.generation is not None for info in engine.list_projects())
-        if queryable:
-            engine.embedder.embed_query("warm-up")  # the embedder has its own load lock
-            log.info("warm", extra={"fields": {"embedder": engine.embedder.revision}})
+            current = [info.generation for info in engine.list_projects() if info.generation is not None]
+        if not current:
+            return
+        engine.embedder.embed_query("warm-up")  # the embedder has its own load lock
+        started = time.monotonic()
+        searches = 0
+        for generation in current:  # the projects share the budget: the JVM's code is one
+            try:
+                searches += warm_lexical(
+                    generation, engine.generations, engine.lexical, searches=WARM_SEARCHES - searches,
+                    depth=engine.profile.lexical_depth, deadline=started + WARM_SECONDS,
+                )  # fmt: skip
+            except Exception as exc:  # moved or re-indexed meanwhile, say: the first queries warm it
+                log.warning("warm-up searches of %s failed: %s", generation.project_id, exc)
+        log.info("warm", extra={"fields": {"embedder": engine.embedder.revision, "searches": searches,
+                                           "ms": round((time.monotonic() - started) * 1000)}})  # fmt: skip
     except Exception:
         log.exception("warm-up failed; the first query will load the model")
 

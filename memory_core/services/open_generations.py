@@ -4,6 +4,7 @@ loaded, searchers open) and kept warm until the catalog makes another current.""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -144,3 +145,40 @@ class OpenGenerations:
             opened, self._open = list(self._open.values()), {}
         for o in opened:
             o.close()
+
+
+WARM_WORDS = 10  # a warm-up query: the first words of a unit, as long as a typical agent's question
+
+
+def warm_lexical(
+    generation: Generation,
+    generations: GenerationStore,
+    lexical: LexicalIndexFactory,
+    *,
+    searches: int,
+    depth: int,
+    deadline: float,
+) -> int:
+    """Run up to ``searches`` BM25 searches of ``depth`` over ``generation``, each the first words
+    of one of its units, until ``deadline`` (``time.monotonic()``), on a searcher opened for them
+    and closed after; returns how many ran. Why: the JVM compiles Lucene's search path only after
+    a few hundred searches, and until then a search is 2-5x slower, so a daemon just started (an
+    on-demand one restarts after its idle limit) would make its first agents' questions pay for
+    it. Opens nothing the engine keeps and records no Run: the first activation is still cold in
+    its trace (it opens the generation), only the JVM's code is warm."""
+    if searches <= 0 or time.monotonic() >= deadline:
+        return 0
+    units = [u for u in generations.load_units(Path(generation.directory)) if u.text.strip()]
+    if not units:
+        return 0
+    step = max(1, len(units) // searches)  # spread over the whole memory, not its first files
+    queries = [" ".join(u.text.split()[:WARM_WORDS]) for u in units[::step]][:searches]
+    searcher = lexical.open(Path(generation.directory) / LEXICAL_DIR)
+    ran = 0
+    try:
+        while ran < searches and time.monotonic() < deadline:
+            searcher.search(queries[ran % len(queries)], depth)
+            ran += 1
+    finally:
+        searcher.close()
+    return ran
