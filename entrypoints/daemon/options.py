@@ -51,7 +51,8 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--socket", help="socket path (default: <home>/run/memcore.sock)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                        help="the least severe JSON log line written to stderr (default: info)")
-    serve.add_argument("--no-warm", action="store_true", help="do not warm up before the first query (load the model, run BM25 searches so the JVM compiles them)")
+    serve.add_argument("--no-warm", action="store_true",
+                       help="do not warm up before the first query (load the model, run BM25 searches)")
     serve.add_argument("--ui-port", type=_port, default=0, metavar="PORT",
                        help="Diagnostics UI port on 127.0.0.1 (default: 0, a free port)")
     serve.add_argument("--no-ui", action="store_true", help="do not serve the Diagnostics UI")
