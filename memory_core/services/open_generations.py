@@ -160,8 +160,9 @@ def warm_lexical(
     deadline: float,
 ) -> int:
     """Run up to ``searches`` BM25 searches of ``depth`` over ``generation``, each the first words
-    of one of its units, until ``deadline`` (``time.monotonic()``), on a searcher opened for them
-    and closed after; returns how many ran. Why: the JVM compiles Lucene's search path only after
+    of one of its units, until ``deadline`` (``time.monotonic()``, checked before and after its
+    units load, then before each search), on a searcher opened for them and closed after; returns
+    how many ran. Why: the JVM compiles Lucene's search path only after
     a few hundred searches, and until then a search is 2-5x slower, so a daemon just started (an
     on-demand one restarts after its idle limit) would make its first agents' questions pay for
     it. Opens nothing the engine keeps and records no Run: the first activation is still cold in
@@ -169,7 +170,7 @@ def warm_lexical(
     if searches <= 0 or time.monotonic() >= deadline:
         return 0
     units = [u for u in generations.load_units(Path(generation.directory)) if u.text.strip()]
-    if not units:
+    if not units or time.monotonic() >= deadline:  # a large generation's load may spend the budget
         return 0
     step = max(1, len(units) // searches)  # spread over the whole memory, not its first files
     queries = [" ".join(u.text.split()[:WARM_WORDS]) for u in units[::step]][:searches]
