@@ -29,6 +29,7 @@ from memory_core.evaluation.learning import (
     fold_groups,
     importances_of,
     learn,
+    ranking_data,
     read_model,
     reordered,
     setting_label,
@@ -37,7 +38,7 @@ from memory_core.evaluation.learning import (
     training_work,
     window_features,
 )
-from memory_core.evaluation.metrics import Judgments
+from memory_core.evaluation.metrics import Judgments, MetricLevel
 from memory_core.retrieval.pipeline import Candidate
 
 maybe_rank = st.none() | st.integers(1, 1000)
@@ -494,14 +495,26 @@ def test_a_learning_computes_each_cases_features_once_and_learns_what_it_did_wit
                           current_revision="c", trainer=lambda s: "t", learn_id="L", project_id="p", created_at="now",
                           settings=grid, resamples=50)  # fmt: skip
     assert len(fits) > len(cases) and sorted(computed) == sorted(c.case_id for c in cases)
-    # Every fit was given exactly the rows ``window_features`` computes for its cases.
-    by_rows = {tuple(tuple(r) for r in window_features(c.query, c.window)): c for c in cases}
+    # Every fit was given exactly the rows ``window_features`` computes for its cases, each
+    # group beside that same case's labels (rows paired with another case's labels would fail).
+    labelled = {
+        (tuple(tuple(r) for r in window_features(c.query, c.window)), ranking_data([c], MetricLevel.RESOURCE).labels)
+        for c in cases
+    }
     for data in fits:
         start = 0
         for size in data.groups:
-            assert data.rows[start : start + size] in by_rows
+            assert (data.rows[start : start + size], data.labels[start : start + size]) in labelled
             start += size
     assert model is not None and result.model_digest == model.digest
+
+    # The same learning without the cache (every fit computes its rows anew) learns the same.
+    monkeypatch.setattr(learning.Trainer, "rows", lambda self, case: real(case))
+    uncached, again = learn(cases + unjudged, fit=fit, load=_load_signal, current=_current,  # type: ignore[arg-type]
+                            current_revision="c", trainer=lambda s: "t", learn_id="L", project_id="p",
+                            created_at="now", settings=grid, resamples=50)  # fmt: skip
+    assert again is not None and again.digest == model.digest
+    assert attrs.evolve(uncached, seconds=result.seconds) == result  # all but the time it took
 
 
 def test_held_out_cases_are_graded_by_their_own_scores_when_scored_in_one_call() -> None:
