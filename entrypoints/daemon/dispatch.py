@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 import attrs
 
 from memory_core.domain import errors as err
+from memory_core.domain.evaluation_errors import InvalidFixture
 from memory_core.domain.jobs import RUNNING, JobInfo
 from memory_core.entrypoints.bootstrap import Watcher
 from memory_core.entrypoints.daemon import api
@@ -157,7 +158,11 @@ class Context:
                     job.refused = True  # as in a job's process: failed on its input alone
                     raise
                 with self.engine_held():
-                    return op.handler(self.engine, request)
+                    try:
+                        return op.handler(self.engine, request)
+                    except InvalidFixture:
+                        job.refused = True  # as in a job's process: a bad fixture, and the import wrote nothing
+                        raise
         return self._in_child(name, body)
 
     def _in_child(self, name: str, /, *args: Any, **kwargs: Any) -> Any:

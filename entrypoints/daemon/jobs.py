@@ -19,7 +19,8 @@ job, ``args`` is the HTTP request's body, undecoded), any number of
 ``("progress", text)`` while it runs (at most one each ``PROGRESS_EVERY_S``: ``list_jobs`` shows
 the last), then an answer ``("ok", value, retiring, False)`` or ``("error", exception, retiring,
 refused)`` (domain errors pickle whole: ``MemoryCoreError.__reduce__``; ``refused``: the body did
-not decode, so the job failed on its input alone and is kept apart, ``REFUSED_KEPT``). A child
+not decode, or held a bad fixture (``InvalidFixture``: the import wrote nothing), so the job
+failed on its input alone and is kept apart, ``REFUSED_KEPT``). A child
 that answered is kept for the next job (at most ``IDLE_KEPT`` wait), so a job pays no interpreter
 start-up; one that grew past ``RETIRE_RSS_BYTES`` says it retires, and exits.
 """
@@ -48,6 +49,7 @@ import attrs
 
 from memory_core.domain.clock import utc_now_iso
 from memory_core.domain.errors import InvalidRequest, JobInterrupted, JobNotFound, MemoryCoreError
+from memory_core.domain.evaluation_errors import InvalidFixture
 from memory_core.domain.ids import new_id
 from memory_core.domain.jobs import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, JobInfo
 from memory_core.domain.progress import Progress, progress_text
@@ -63,7 +65,8 @@ FROM_BODY = frozenset({"import_evaluation_set"})
 # Their first argument is a project.
 PROJECT_OPERATIONS = frozenset({"tune_project", "learn_project", "move_project_storage"})
 ENDED_KEPT = 20  # ended jobs list_jobs still shows
-# Jobs refused for their input (a FROM_BODY job's body that does not decode): listed too, but kept
+# Jobs refused for their input (a FROM_BODY job's body that does not decode, or whose fixture is
+# bad: ``InvalidFixture``): listed too, but kept
 # apart and fewer, so a client's bad requests never push real jobs' ends out of the listing.
 REFUSED_KEPT = 10
 # The FROM_BODY requests the daemon holds at once, from the first byte of their body to their
@@ -112,7 +115,7 @@ class _Job:
     error_code: str | None = None
     cancelled: bool = False
     progress: str | None = None  # progress_text of its stage, as the child last said it
-    refused: bool = False  # failed on its input alone: its body did not decode (REFUSED_KEPT)
+    refused: bool = False  # failed on its input alone: its body did not decode, or its fixture is bad (REFUSED_KEPT)
     order: int = 0  # when it ended, among the board's ends (ended_at's milliseconds can tie)
     # Waiting for a job slot (``JobBoard.waiting``), no process started; ``wake`` ends its wait.
     waiting: bool = False
@@ -425,7 +428,8 @@ def _why(reason: str) -> str:
 
 
 class _Refused(Exception):  # noqa: N818 (not an error of its own: it carries one)
-    """A ``FROM_BODY`` job's body did not decode: its error, which fails the job on its input alone."""
+    """A ``FROM_BODY`` job's body did not decode, or its fixture is bad: its error, which fails the
+    job on its input alone."""
 
     def __init__(self, error: MemoryCoreError) -> None:
         super().__init__(error)
@@ -515,7 +519,10 @@ def _run(home: str, operation: str, args: tuple[Any, ...], kwargs: dict[str, Any
         except MemoryCoreError as exc:
             raise _Refused(exc) from None
         with bootstrap(home, recover=False) as engine, reporting(progress):
-            return op.handler(engine, request)
+            try:
+                return op.handler(engine, request)
+            except InvalidFixture as exc:  # its fixture is bad: an import writes all or nothing, so nothing
+                raise _Refused(exc) from None
     with bootstrap(home, recover=False) as engine:
         return getattr(engine, operation)(*args, progress=progress, **kwargs)
 

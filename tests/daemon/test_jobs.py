@@ -279,6 +279,11 @@ MALFORMED_IMPORTS = {
 }
 
 
+# Bodies that decode to a request whose fixture is bad: the import (in its job) refuses them.
+BAD_FIXTURES = [b'{"fixture": {}}']
+FIXTURE_CODES = ("invalid_evaluation_fixture",)
+
+
 def post_body(daemon: Daemon, method: str, body: bytes) -> tuple[int, Any]:
     """POST ``body`` as it is (no client encodes it); the status and the JSON answer."""
     from memory_core.entrypoints.daemon.transport import UnixSocketHTTP
@@ -376,12 +381,21 @@ def test_bad_input_never_pushes_a_real_jobs_end_out_of_the_listing(daemon: Daemo
     for body in sent:
         status, answer = post_body(daemon, "import_evaluation_set", body)
         assert (status, answer) == refused_by_the_app(body)  # the same answer as before
+    # A body that decodes but whose fixture is bad fails in the import itself, which writes nothing:
+    # refused on its input alone too (before, these were kept as real failed jobs).
+    fixture_codes = []
+    for body in BAD_FIXTURES * (jobs.ENDED_KEPT + 1):
+        status, answer = post_body(daemon, "import_evaluation_set", body)
+        assert status == 400 and answer["error"]["code"] in FIXTURE_CODES, answer
+        fixture_codes.append(answer["error"]["code"])
+    assert set(fixture_codes) == set(FIXTURE_CODES)
 
     listed = client.list_jobs().jobs
     assert real.job_id in [j.job_id for j in listed], "bad input pushed a real job out"
     refused = listed[: listed.index(next(j for j in listed if j.job_id == real.job_id))]
     # The newest refused ones, newest first, each failed with its own code.
-    expected = [refused_by_the_app(body)[1]["error"]["code"] for body in reversed(sent)][: jobs.REFUSED_KEPT]
+    codes = [refused_by_the_app(body)[1]["error"]["code"] for body in sent] + fixture_codes
+    expected = codes[::-1][: jobs.REFUSED_KEPT]
     assert [(j.operation, j.state, j.error_code) for j in refused] == [
         ("import_evaluation_set", "failed", code) for code in expected
     ]
@@ -497,10 +511,11 @@ def test_imports_past_the_daemons_bound_are_answered_busy_at_once_and_lose_nothi
         assert daemon.stop() == 0
 
 
-def test_an_engine_of_other_parts_keeps_bad_input_apart_too() -> None:
+def test_an_engine_of_other_parts_keeps_bad_input_apart_too(tmp_path: Path) -> None:
     """Without a job runner (an engine of other parts) an import's body is decoded in process,
-    on the same board: a body that does not decode is listed failed, kept apart as in a job's
-    process, and pushes no real job's end out."""
+    on the same board: a body that does not decode, or whose fixture the import refuses, is
+    listed failed, kept apart as in a job's process, and pushes no real job's end out."""
+    from memory_core.entrypoints.bootstrap import bootstrap
     from memory_core.entrypoints.daemon.dispatch import Context
 
     context = Context(engine=Any, home="unused")  # type: ignore[arg-type]  # bad input reaches no engine
@@ -513,6 +528,19 @@ def test_an_engine_of_other_parts_keeps_bad_input_apart_too() -> None:
     listed = context.board.jobs()
     assert [(j.operation, j.state, j.error_code) for j in listed] == [
         ("import_evaluation_set", "failed", "invalid_json")
+    ] * jobs.REFUSED_KEPT + [("tune_project", "succeeded", None)]
+
+    # A bad fixture reaches the engine (a real one), whose import refuses it, writing nothing.
+    with bootstrap(tmp_path / "home") as engine:
+        context = Context(engine=engine, home=str(tmp_path / "home"))
+        with context.board.job("tune_project", ("ledger",)):
+            pass
+        for body in BAD_FIXTURES * (jobs.ENDED_KEPT + 1):
+            with pytest.raises(InvalidFixture):
+                context.run_job_from_body("import_evaluation_set", body)
+        listed = context.board.jobs()
+    assert [(j.operation, j.state, j.error_code) for j in listed] == [
+        ("import_evaluation_set", "failed", "invalid_evaluation_fixture")
     ] * jobs.REFUSED_KEPT + [("tune_project", "succeeded", None)]
 
 
