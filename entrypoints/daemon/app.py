@@ -77,25 +77,32 @@ def declared_length(request: Request, limit: int) -> int | None:
     return int(declared)
 
 
-async def read_body(request: Request, limit: int, grow: Callable[[int], None] | None = None) -> bytes:
+async def read_body(request: Request, limit: int, grow: Callable[[int], None] | None = None,
+                    deadline_s: float | None = None) -> bytes:  # fmt: skip
     """The body's bytes, read no further than ``limit``; ``grow`` hears its size as it arrives
     (a ``HeldBody``'s: past its bound it raises ``DaemonBusy``, raised here once the body is
-    read through, keeping nothing of it)."""
+    read through, keeping nothing of it). ``deadline_s``: the whole body must arrive within it
+    (a held body's: else ``invalid_request``, reason ``body_deadline``, and nothing is kept)."""
     declared_length(request, limit)
     body = bytearray()
     received, busy = 0, None
     try:
-        async for chunk in request.stream():
-            received += len(chunk)
-            if received > limit:  # chunked bodies announce no length
-                raise api.RequestTooLarge(f"request body is larger than {limit} bytes", limit=limit)
-            if busy is None and grow is not None:
-                try:
-                    grow(received)
-                except api.DaemonBusy as exc:
-                    busy, body = exc, bytearray()
-            if busy is None:
-                body += chunk
+        with anyio.fail_after(deadline_s):
+            async for chunk in request.stream():
+                received += len(chunk)
+                if received > limit:  # chunked bodies announce no length
+                    raise api.RequestTooLarge(f"request body is larger than {limit} bytes", limit=limit)
+                if busy is None and grow is not None:
+                    try:
+                        grow(received)
+                    except api.DaemonBusy as exc:
+                        busy, body = exc, bytearray()
+                if busy is None:
+                    body += chunk
+    except TimeoutError:
+        raise InvalidRequest(f"the request body was not complete within {deadline_s:g} s ({received} bytes "
+                             "arrived): it was dropped, and its place among the bodies the daemon holds let go",
+                             reason="body_deadline", received=received, deadline_s=deadline_s) from None  # fmt: skip
     except ClientDisconnect:
         # The client left, or the UI port's body deadline closed it: nobody reads the answer,
         # but the log says what happened (not an internal error).
@@ -174,7 +181,10 @@ def create_app(context: dispatch.Context, *, max_body_bytes: int = api.MAX_BODY_
                 typed = api.structure(converter, {}, method.request)
             elif request.method == "POST" and method.undecoded:
                 held = await held_body(request, limit, context.bodies, name)  # released once answered
-                typed = await read_body(request, limit, held.grow)  # decoded where it runs (a fixture: in its job)
+                # Decoded where it runs (a fixture: in its job); cut off past its deadline, so a
+                # stalled upload holds its place for a while, not for ever.
+                typed = await read_body(request, limit, held.grow, context.bodies.deadline_s)
+                held.arrived()
             elif request.method == "POST":
                 typed = api.structure(converter, await read_json(request, limit), method.request)
             else:

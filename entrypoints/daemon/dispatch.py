@@ -27,6 +27,8 @@ from memory_core.entrypoints.daemon.jobs import (
     BODIES_ENV,
     BODIES_HELD,
     BODY_BYTES_HELD,
+    BODY_DEADLINE_ENV,
+    BODY_DEADLINE_S,
     FROM_BODY,
     JOB_SLOTS,
     SLOTS_ENV,
@@ -190,21 +192,28 @@ class HeldBodies:
     holds at once, and their bytes, within ``max_bodies`` and ``max_bytes``. Without a bound a
     client sending many imports at once had the daemon keep every body (and start a job process
     for each) until its job ended; now the one past the bound is refused (``DaemonBusy``) before
-    any of its body is kept, and those held go on as before."""
+    any of its body is kept, and those held go on as before. A body must arrive whole within
+    ``deadline_s`` of being held (the app cuts it off then, letting its slot go)."""
 
     max_bodies: int = BODIES_HELD
     max_bytes: int = BODY_BYTES_HELD
+    deadline_s: float = BODY_DEADLINE_S
     held: int = 0
     held_bytes: int = 0
+    arriving: int = 0  # those held whose body is still arriving (the rest wait for their job's answer)
     _lock: threading.Lock = attrs.field(factory=threading.Lock)
 
     @classmethod
     def from_env(cls) -> HeldBodies:
-        """The bound, or the one ``BODIES_ENV`` names (``COUNT,BYTES``: tests lower it)."""
-        if not (value := os.environ.get(BODIES_ENV)):
-            return cls()
-        count, size = value.split(",")
-        return cls(int(count), int(size))
+        """The bound, or the one ``BODIES_ENV`` names (``COUNT,BYTES``: tests lower it), and the
+        deadline, or the one ``BODY_DEADLINE_ENV`` names (seconds)."""
+        bound = cls()
+        if value := os.environ.get(BODIES_ENV):
+            count, size = value.split(",")
+            bound.max_bodies, bound.max_bytes = int(count), int(size)
+        if value := os.environ.get(BODY_DEADLINE_ENV):
+            bound.deadline_s = float(value)
+        return bound
 
     def hold(self, operation: str, size: int) -> HeldBody:
         """One more body, of ``size`` bytes so far (its declared length, or 0), or ``DaemonBusy``."""
@@ -214,6 +223,7 @@ class HeldBodies:
                 raise self._busy(operation, reason)
             self.held += 1
             self.held_bytes += size
+            self.arriving += 1
         return HeldBody(self, operation, size)
 
     def _room(self, size: int) -> str | None:
@@ -223,7 +233,8 @@ class HeldBodies:
         what = (f"{self.held} bodies (at most {self.max_bodies} at once)" if reason == "bodies"
                 else f"{self.held_bytes} bytes of bodies (at most {self.max_bytes} at once)")  # fmt: skip
         return api.DaemonBusy(
-            f"the daemon holds {what} of jobs that take their request's body: {operation} was refused before "
+            f"the daemon holds {what} of jobs that take their request's body, {self.arriving} of them still "
+            f"arriving (each cut off {self.deadline_s:g} s after it was held): {operation} was refused before "
             "its body was kept; try again once one has ended (list_jobs)",
             operation=operation, reason=reason, held_bodies=self.held, held_bytes=self.held_bytes,
             max_bodies=self.max_bodies, max_bytes=self.max_bytes,
@@ -232,12 +243,14 @@ class HeldBodies:
 
 @attrs.define
 class HeldBody:
-    """One body ``HeldBodies`` counts: ``grow`` as more of it arrives, ``release`` once its job answered."""
+    """One body ``HeldBodies`` counts: ``grow`` as more of it arrives, ``arrived`` once whole,
+    ``release`` once its job answered (or it was cut off)."""
 
     bound: HeldBodies
     operation: str
     size: int
     released: bool = False
+    complete: bool = False  # its body has arrived whole
 
     def grow(self, size: int) -> None:
         """Its body is ``size`` bytes now (a body without a length announces none): counted, or ``DaemonBusy``."""
@@ -249,11 +262,19 @@ class HeldBody:
             self.bound.held_bytes += size - self.size
             self.size = size
 
+    def arrived(self) -> None:
+        """Its body has arrived whole: no longer counted as arriving."""
+        with self.bound._lock:
+            if not self.complete and not self.released:
+                self.bound.arriving -= 1
+            self.complete = True
+
     def release(self) -> None:
         with self.bound._lock:
             if not self.released:
                 self.bound.held -= 1
                 self.bound.held_bytes -= self.size
+                self.bound.arriving -= 0 if self.complete else 1
                 self.released = True
 
 

@@ -76,6 +76,15 @@ REFUSED_KEPT = 10
 BODIES_HELD = 4
 BODY_BYTES_HELD = 512 << 20
 BODIES_ENV = "MEMORY_CORE_JOB_BODIES"  # tests: "COUNT,BYTES" instead of those two (read by the server)
+# A held body must have arrived whole within this many seconds of being held (its slot is taken by
+# its Content-Length, before any byte): else it is answered invalid_request (reason body_deadline)
+# and its slot let go. Without it two clients announcing 256 MiB and sending nothing held every
+# import off (daemon_busy) for ever. A total deadline, not one on silence, so a byte now and then
+# extends nothing; generous: 256 MiB crosses a Unix socket in well under a second, so 120 s leaves
+# a client reading its fixture from a slow disk, on a loaded machine, about 2 MiB/s (the UI port
+# gives the same body 30 s over loopback TCP).
+BODY_DEADLINE_S = 120.0
+BODY_DEADLINE_ENV = "MEMORY_CORE_JOB_BODY_DEADLINE"  # tests: seconds instead of BODY_DEADLINE_S (read by the server)
 CANCEL_GRACE_S = 3.0  # SIGTERM lets the job clean up; SIGKILL after this
 JOB_NICENESS = 10  # activations come first on a machine with few cores
 # A job's address-space limit. A 256 MiB fixture decodes to about 2 GiB of Python objects; a

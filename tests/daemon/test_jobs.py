@@ -511,6 +511,68 @@ def test_imports_past_the_daemons_bound_are_answered_busy_at_once_and_lose_nothi
         assert daemon.stop() == 0
 
 
+def stalled_upload(path: Path, method: str, length: int) -> Any:
+    """A connection that announces a body of ``length`` bytes and sends none of it."""
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(WAIT_S)
+    sock.connect(str(path))
+    sock.sendall(f"POST /v1/{method} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {length}\r\n\r\n".encode())  # fmt: skip
+    return sock
+
+
+@pytest.mark.slow
+def test_a_stalled_upload_lets_its_place_go_at_its_deadline(tmp_path: Path) -> None:
+    """Issue 31, item 2 (review): an import's place among the bodies the daemon holds is taken by
+    its Content-Length, before any byte. Two clients announcing bodies and sending nothing had
+    every import answered daemon_busy for ever, with nothing in list_jobs. Now a held body must
+    arrive whole within a deadline (``jobs.BODY_DEADLINE_S``, lowered here through
+    ``jobs.BODY_DEADLINE_ENV``): the stalled clients are answered invalid_request (reason
+    body_deadline), their places are let go, and the next import is taken; meanwhile daemon_busy
+    says how many held bodies are still arriving."""
+    import http.client
+
+    from memory_core.evaluation.fixture import ImportResult
+
+    bound, deadline_s = 1 << 20, 5
+    daemon = Daemon(tmp_path / "home", tmp_path / "daemon.log",
+                    env={jobs.BODIES_ENV: f"4,{bound}", jobs.BODY_DEADLINE_ENV: str(deadline_s)})  # fmt: skip
+    client = daemon.client
+    stalled = []
+    try:
+        fixture = client.export_evaluation_set()
+        stalled = [stalled_upload(daemon.socket, "import_evaluation_set", bound // 2) for _ in range(2)]
+        # Busy once both are held (each counted as its head arrives): no room for a byte more.
+        busy_until = time.monotonic() + WAIT_S
+        while (answer := post_body(daemon, "import_evaluation_set", b"{}"))[0] != 503:
+            assert time.monotonic() < busy_until, f"the stalled uploads were never held: {answer}"
+        status, busy = answer
+        assert busy["error"]["code"] == "daemon_busy"
+        assert busy["error"]["details"]["reason"] == "bytes"
+        assert busy["error"]["details"]["held_bodies"] == 2
+        assert "2 of them still arriving" in busy["error"]["message"], busy
+        assert client.list_jobs().jobs == ()
+
+        # Each stalled client hears why at its deadline; nothing of it ran or is listed.
+        for sock in stalled:
+            reply = http.client.HTTPResponse(sock)
+            reply.begin()
+            answer = json.loads(reply.read())
+            assert (reply.status, answer["error"]["code"]) == (400, "invalid_request"), answer
+            assert answer["error"]["details"]["reason"] == "body_deadline"
+            assert answer["error"]["details"]["received"] == 0
+        assert client.list_jobs().jobs == ()
+        # Their places are let go: an import is taken and runs.
+        assert client.import_evaluation_set(fixture) == ImportResult((), (), 0, 0)
+        assert [(j.operation, j.state) for j in client.list_jobs().jobs] == [("import_evaluation_set", "succeeded")]
+    finally:
+        for sock in stalled:
+            sock.close()
+        assert daemon.stop() == 0
+
+
 def test_an_engine_of_other_parts_keeps_bad_input_apart_too(tmp_path: Path) -> None:
     """Without a job runner (an engine of other parts) an import's body is decoded in process,
     on the same board: a body that does not decode, or whose fixture the import refuses, is
