@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 import attrs
 
 from memory_core.domain import errors as err
+from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import InvalidFixture
 from memory_core.domain.jobs import RUNNING, JobInfo
 from memory_core.entrypoints.bootstrap import Watcher
@@ -183,7 +184,26 @@ class Context:
 def job_slots_from_env() -> int:
     """The job slots, or the count ``SLOTS_ENV`` names (tests lower it; at least one, or no job would run)."""
     value = os.environ.get(SLOTS_ENV)
-    return max(1, int(value)) if value else JOB_SLOTS
+    return _positive(SLOTS_ENV, value, int) if value else JOB_SLOTS
+
+
+N = TypeVar("N", int, float)
+
+
+def _positive(variable: str, text: str, kind: type[N], whole: str | None = None) -> N:
+    """``text``, the value of the environment variable ``variable`` (or a part of it, ``whole``),
+    as a positive ``kind``: else ``InvalidRequest`` naming it, so a daemon started with a
+    malformed one says why, not a ValueError."""
+    try:
+        value = kind(text.strip())
+    except ValueError:
+        value = kind(0)
+    if not value > 0 or value != value or value == float("inf"):
+        what = "a whole number" if kind is int else "a number of seconds"
+        part = f" ({text!r} in {whole!r})" if whole is not None else f", not {text!r}"
+        raise InvalidRequest(f"{variable} must be {what} greater than 0{part}", variable=variable,
+                             value=text if whole is None else whole)  # fmt: skip
+    return value
 
 
 @attrs.define
@@ -209,10 +229,14 @@ class HeldBodies:
         deadline, or the one ``BODY_DEADLINE_ENV`` names (seconds)."""
         bound = cls()
         if value := os.environ.get(BODIES_ENV):
-            count, size = value.split(",")
-            bound.max_bodies, bound.max_bytes = int(count), int(size)
+            count, comma, size = value.partition(",")
+            if not comma:
+                raise InvalidRequest(f"{BODIES_ENV} must be COUNT,BYTES, not {value!r}", variable=BODIES_ENV,
+                                     value=value)  # fmt: skip
+            bound.max_bodies = _positive(BODIES_ENV, count, int, value)
+            bound.max_bytes = _positive(BODIES_ENV, size, int, value)
         if value := os.environ.get(BODY_DEADLINE_ENV):
-            bound.deadline_s = float(value)
+            bound.deadline_s = _positive(BODY_DEADLINE_ENV, value, float)
         return bound
 
     def hold(self, operation: str, size: int) -> HeldBody:

@@ -73,6 +73,7 @@ def serve(
     from memory_core.entrypoints.daemon.app import create_app
     from memory_core.entrypoints.ui import launch as ui_launch
 
+    bodies, job_slots = HeldBodies.from_env(), job_slots_from_env()  # a malformed one fails before anything opens
     root = prepare_home(resolve_home(home))
     lock = DaemonLock(root)
     lock.acquire(root)
@@ -105,7 +106,7 @@ def serve(
         recover_interrupted_runs(engine)
         started_at = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
         context = Context(engine=engine, home=str(root), socket=str(path), started_at=started_at, idle=clock,
-                          bodies=HeldBodies.from_env(), job_slots=job_slots_from_env())
+                          bodies=bodies, job_slots=job_slots)
         if engine_factory is None:  # a job's process builds the same engine over the home
             context.jobs = jobs = JobRunner(root, board=context.board)
         lock.record(paths.DaemonInfo(os.getpid(), str(path), started_at))

@@ -606,6 +606,47 @@ def test_an_engine_of_other_parts_keeps_bad_input_apart_too(tmp_path: Path) -> N
     ] * jobs.REFUSED_KEPT + [("tune_project", "succeeded", None)]
 
 
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        (jobs.SLOTS_ENV, "two"), (jobs.SLOTS_ENV, "0"), (jobs.SLOTS_ENV, "-1"), (jobs.SLOTS_ENV, "1.5"),
+        (jobs.BODIES_ENV, "4"), (jobs.BODIES_ENV, "4,"), (jobs.BODIES_ENV, "0,1048576"), (jobs.BODIES_ENV, "4,-1"),
+        (jobs.BODIES_ENV, "4,1,2"), (jobs.BODY_DEADLINE_ENV, "soon"), (jobs.BODY_DEADLINE_ENV, "0"),
+        (jobs.BODY_DEADLINE_ENV, "nan"), (jobs.BODY_DEADLINE_ENV, "inf"),
+    ],
+)  # fmt: skip
+def test_a_malformed_bound_in_the_environment_is_a_typed_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    """Issue 31, item 2 (review): the daemon reads its job slots and its held bodies' bound and
+    deadline from the environment as it starts; a malformed value failed its start with a bare
+    ValueError (or was taken: 0 slots, a negative bound). Now each must be a positive number,
+    else ``invalid_request`` naming the variable; well-formed ones are taken as they are."""
+    from memory_core.entrypoints.daemon.dispatch import HeldBodies, job_slots_from_env
+
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(err.InvalidRequest) as refused:
+        job_slots_from_env() if variable == jobs.SLOTS_ENV else HeldBodies.from_env()
+    assert type(refused.value) is err.InvalidRequest
+    assert refused.value.details == {"variable": variable, "value": value}
+    assert variable in str(refused.value)
+
+
+def test_well_formed_bounds_in_the_environment_are_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memory_core.entrypoints.daemon.dispatch import HeldBodies, job_slots_from_env
+
+    for variable in (jobs.SLOTS_ENV, jobs.BODIES_ENV, jobs.BODY_DEADLINE_ENV):
+        monkeypatch.delenv(variable, raising=False)
+    default = HeldBodies.from_env()
+    assert (job_slots_from_env(), default.max_bodies, default.max_bytes, default.deadline_s) == (
+        jobs.JOB_SLOTS, jobs.BODIES_HELD, jobs.BODY_BYTES_HELD, jobs.BODY_DEADLINE_S)  # fmt: skip
+    monkeypatch.setenv(jobs.SLOTS_ENV, "1")
+    monkeypatch.setenv(jobs.BODIES_ENV, "2,1048576")
+    monkeypatch.setenv(jobs.BODY_DEADLINE_ENV, "2.5")
+    bound = HeldBodies.from_env()
+    assert (job_slots_from_env(), bound.max_bodies, bound.max_bytes, bound.deadline_s) == (1, 2, 1 << 20, 2.5)
+
+
 # -- job slots: jobs wait their turn apart from quick calls (issue 31, item 2, review) -----------
 def job_processes(daemon: Daemon) -> list[int]:
     """The daemon's job processes (``python -m ...daemon.jobs``), stopped or not."""
