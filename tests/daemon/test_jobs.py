@@ -281,7 +281,7 @@ MALFORMED_IMPORTS = {
 
 # Bodies that decode to a request whose fixture is bad: the import (in its job) refuses them.
 BAD_FIXTURES = [b'{"fixture": {}}']
-FIXTURE_CODES = ("invalid_evaluation_fixture",)
+FIXTURE_CODES = ("invalid_evaluation_fixture", "evaluation_fixture_hash_mismatch")
 
 
 def post_body(daemon: Daemon, method: str, body: bytes) -> tuple[int, Any]:
@@ -383,8 +383,11 @@ def test_bad_input_never_pushes_a_real_jobs_end_out_of_the_listing(daemon: Daemo
         assert (status, answer) == refused_by_the_app(body)  # the same answer as before
     # A body that decodes but whose fixture is bad fails in the import itself, which writes nothing:
     # refused on its input alone too (before, these were kept as real failed jobs).
+    document = json.loads(fixture.to_bytes())
+    document["bodies"][0]["sha256"] = "0" * 64  # a body that does not hash to what it claims
+    mismatched = json.dumps({"fixture": document}).encode()
     fixture_codes = []
-    for body in BAD_FIXTURES * (jobs.ENDED_KEPT + 1):
+    for body in (BAD_FIXTURES + [mismatched]) * (jobs.ENDED_KEPT + 1):
         status, answer = post_body(daemon, "import_evaluation_set", body)
         assert status == 400 and answer["error"]["code"] in FIXTURE_CODES, answer
         fixture_codes.append(answer["error"]["code"])
