@@ -143,9 +143,7 @@ def test_a_jobs_result_and_its_typed_error_cross_the_process(daemon: Daemon, tmp
     assert empty.value.details == {"project": "ledger"}
     with pytest.raises(InvalidFixture):
         client.import_evaluation_set({"format": "memory-core/evaluation-set", "format_version": 999})
-    run_id = client.activate_memory("ledger", QUERY).run_id
-    assert run_id is not None
-    fixture = client.export_evaluation_set(case_ids=[client.create_evaluation_case(run_id).case_id])
+    _, fixture = exported_case(client)
     again = client.import_evaluation_set(fixture)
     assert again.cases_added == () and len(again.cases_unchanged) == 1
 
@@ -284,6 +282,15 @@ BAD_FIXTURES = [b'{"fixture": {}}']
 FIXTURE_CODES = ("invalid_evaluation_fixture", "evaluation_fixture_hash_mismatch")
 
 
+def exported_case(client: Any) -> tuple[str, Any]:
+    """An Evaluation Case frozen from an activation of ``ledger``, and its exported fixture (what
+    an import takes)."""
+    run_id = client.activate_memory("ledger", QUERY).run_id
+    assert run_id is not None
+    case_id = client.create_evaluation_case(run_id).case_id
+    return case_id, client.export_evaluation_set(case_ids=[case_id])
+
+
 def post_body(daemon: Daemon, method: str, body: bytes) -> tuple[int, Any]:
     """POST ``body`` as it is (no client encodes it); the status and the JSON answer."""
     from memory_core.entrypoints.daemon.transport import UnixSocketHTTP
@@ -335,10 +342,7 @@ def test_an_imports_body_is_decoded_in_its_job_not_in_the_daemon(tmp_path: Path)
     daemon = paused_daemon(tmp_path, "import_evaluation_set")
     client = daemon.client
     try:
-        run_id = client.activate_memory("ledger", QUERY).run_id
-        assert run_id is not None
-        case = client.create_evaluation_case(run_id)
-        fixture = client.export_evaluation_set(case_ids=[case.case_id])
+        case_id, fixture = exported_case(client)
         bodies = {**MALFORMED_IMPORTS, "the fixture unwrapped": fixture.to_bytes()}
         answers = {}
         for what, body in bodies.items():
@@ -351,7 +355,7 @@ def test_an_imports_body_is_decoded_in_its_job_not_in_the_daemon(tmp_path: Path)
         assert answers["a duplicate key"]["error"]["details"]["reason"] == "duplicate_key"
 
         outcome = continued(daemon, lambda: client.import_evaluation_set(fixture))
-        assert outcome["value"] == ImportResult((), (case.case_id,), 0, 0)  # the case is there already
+        assert outcome["value"] == ImportResult((), (case_id,), 0, 0)  # the case is there already
         # Each body was its job's: refused there, listed failed with its code (newest first).
         imports = [j for j in client.list_jobs().jobs if j.operation == "import_evaluation_set"]
         assert [(j.state, j.error_code) for j in imports] == [("succeeded", None)] + [
@@ -369,9 +373,7 @@ def test_bad_input_never_pushes_a_real_jobs_end_out_of_the_listing(daemon: Daemo
     from the last ``ENDED_KEPT`` jobs that ran: before, a client's bad requests pushed every
     real job's end out of ``list_jobs``."""
     client = daemon.client
-    run_id = client.activate_memory("ledger", QUERY).run_id
-    assert run_id is not None
-    fixture = client.export_evaluation_set(case_ids=[client.create_evaluation_case(run_id).case_id])
+    _, fixture = exported_case(client)
     client.import_evaluation_set(fixture)  # decoded in its job, which ran: a real job
     real = next(j for j in client.list_jobs().jobs if j.operation == "import_evaluation_set")
     assert (real.state, real.error_code) == ("succeeded", None)
@@ -463,10 +465,7 @@ def test_imports_past_the_daemons_bound_are_answered_busy_at_once_and_lose_nothi
     daemon = paused_daemon(tmp_path, "import_evaluation_set", env={jobs.BODIES_ENV: f"2,{bound}"})
     client = daemon.client
     try:
-        run_id = client.activate_memory("ledger", QUERY).run_id
-        assert run_id is not None
-        case = client.create_evaluation_case(run_id)
-        fixture = client.export_evaluation_set(case_ids=[case.case_id])
+        case_id, fixture = exported_case(client)
         half = b" " * (bound // 2)  # held while its job runs: then refused there, invalid_json
         first, first_outcome = in_thread(lambda: post_body(daemon, "import_evaluation_set", half))
         paused_jobs(daemon, 1)
@@ -502,10 +501,10 @@ def test_imports_past_the_daemons_bound_are_answered_busy_at_once_and_lose_nothi
         first.join(timeout=WAIT_S)
         second.join(timeout=WAIT_S)
         assert first_outcome["value"] == refused_by_the_app(half)
-        assert second_outcome["value"] == ImportResult((), (case.case_id,), 0, 0)
+        assert second_outcome["value"] == ImportResult((), (case_id,), 0, 0)
         # Their bodies are let go: the next import is taken again.
         again = continued(daemon, lambda: client.import_evaluation_set(fixture))
-        assert again["value"] == ImportResult((), (case.case_id,), 0, 0)
+        assert again["value"] == ImportResult((), (case_id,), 0, 0)
         imports = [(j.state, j.error_code) for j in client.list_jobs().jobs]
         assert sorted(imports, key=str) == sorted([("succeeded", None)] * 2 + [("failed", "invalid_json")], key=str)
         started = [r for r in daemon.log_records() if r["message"] == "job started"]
