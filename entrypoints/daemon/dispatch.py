@@ -20,7 +20,6 @@ import attrs
 
 from memory_core.domain import errors as err
 from memory_core.domain.errors import InvalidRequest
-from memory_core.domain.evaluation_errors import InvalidFixture
 from memory_core.domain.jobs import RUNNING, JobInfo
 from memory_core.entrypoints.bootstrap import Watcher
 from memory_core.entrypoints.daemon import api
@@ -35,7 +34,8 @@ from memory_core.entrypoints.daemon.jobs import (
     SLOTS_ENV,
     JobBoard,
     JobRunner,
-    request_from_body,
+    Refused,
+    run_from_body,
 )
 from memory_core.entrypoints.daemon.jobs import OPERATIONS as JOB_OPERATIONS
 from memory_core.operations import (
@@ -156,17 +156,16 @@ class Context:
         if self.jobs is None:
             with self.board.job(name, (), in_process=True) as job:
                 try:
-                    op, request = request_from_body(name, body)
-                except err.MemoryCoreError:
+                    return run_from_body(name, body, self._engine_held)
+                except Refused as refusal:
                     job.refused = True  # as in a job's process: failed on its input alone
-                    raise
-                with self.engine_held():
-                    try:
-                        return op.handler(self.engine, request)
-                    except InvalidFixture:
-                        job.refused = True  # as in a job's process: a bad fixture, and the import wrote nothing
-                        raise
+                    raise refusal.error from None
         return self._in_child(name, body)
+
+    @contextlib.contextmanager
+    def _engine_held(self) -> Iterator[Engine]:
+        with self.engine_held():
+            yield self.engine
 
     def _in_child(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
         assert self.jobs is not None

@@ -303,8 +303,7 @@ class JobRunner:
             child = self._child()
             if not self.board.started(job, child):  # cancelled before its child had its request
                 self._done_with(child, keep=True)
-                raise JobInterrupted(f"{operation} was cancelled before it started ({_why('cancelled')}); "
-                                     "nothing was done", reason="cancelled")  # fmt: skip
+                raise job.interrupted()
             fields = {"job": operation, "job_id": job.job_id}
             log.info("job started", extra={"fields": {**fields, "pid": child.pid}})
             answer = _exchange(child, request, job)
@@ -436,9 +435,9 @@ def _why(reason: str) -> str:
     }.get(reason, "its process exited")
 
 
-class _Refused(Exception):  # noqa: N818 (not an error of its own: it carries one)
+class Refused(Exception):  # noqa: N818 (not an error of its own: it carries one)
     """A ``FROM_BODY`` job's body did not decode, or its fixture is bad: its error, which fails the
-    job on its input alone."""
+    job on its input alone (``run_from_body``)."""
 
     def __init__(self, error: MemoryCoreError) -> None:
         super().__init__(error)
@@ -475,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
         refused = False
         try:
             status, value = "ok", _run(home, operation, op_args, op_kwargs, _Reporter(answers))
-        except _Refused as refusal:
+        except Refused as refusal:
             status, value, refused = "error", refusal.error, True
         except MemoryCoreError as exc:
             status, value = "error", exc
@@ -523,17 +522,32 @@ def _run(home: str, operation: str, args: tuple[Any, ...], kwargs: dict[str, Any
         raise ValueError(f"{operation!r} is not a job")
     # No recovery: the daemon owns its Runs; this process starts none.
     if operation in FROM_BODY:
-        try:  # before the engine: a malformed body opens nothing
-            op, request = request_from_body(operation, *args)
-        except MemoryCoreError as exc:
-            raise _Refused(exc) from None
-        with bootstrap(home, recover=False) as engine, reporting(progress):
-            try:
-                return op.handler(engine, request)
-            except InvalidFixture as exc:  # its fixture is bad: an import writes all or nothing, so nothing
-                raise _Refused(exc) from None
+
+        @contextlib.contextmanager
+        def reporting_engine() -> Iterator[Any]:
+            with bootstrap(home, recover=False) as opened, reporting(progress):
+                yield opened
+
+        return run_from_body(operation, args[0], reporting_engine)
     with bootstrap(home, recover=False) as engine:
         return getattr(engine, operation)(*args, progress=progress, **kwargs)
+
+
+def run_from_body(operation: str, body: bytes, engine: Callable[[], contextlib.AbstractContextManager[Any]]) -> Any:
+    """A ``FROM_BODY`` job: its request decoded from ``body`` (before ``engine`` is entered: a
+    malformed body opens nothing), then its handler run on the engine. A body that does not
+    decode, or whose fixture is bad (an import writes all or nothing, so nothing was written),
+    raises ``Refused``: it failed on its input alone. In a job's process and in the daemon's own
+    (no runner) alike."""
+    try:
+        op, request = request_from_body(operation, body)
+    except MemoryCoreError as exc:
+        raise Refused(exc) from None
+    with engine() as opened:
+        try:
+            return op.handler(opened, request)
+        except InvalidFixture as exc:
+            raise Refused(exc) from None
 
 
 def request_from_body(operation: str, body: bytes) -> tuple[Any, Any]:
