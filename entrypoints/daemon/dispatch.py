@@ -197,7 +197,7 @@ def _positive(variable: str, text: str, kind: type[N], whole: str | None = None)
         value = kind(text.strip())
     except ValueError:
         value = kind(0)
-    if not value > 0 or value != value or value == float("inf"):
+    if not 0 < value < float("inf"):  # NaN compares false too
         what = "a whole number" if kind is int else "a number of seconds"
         part = f" ({text!r} in {whole!r})" if whole is not None else f", not {text!r}"
         raise InvalidRequest(f"{variable} must be {what} greater than 0{part}", variable=variable,
