@@ -486,31 +486,25 @@ def setting_label(setting: LearnerSetting | None) -> str:
 def training_work(cases: Sequence[LearningCase], settings: Sequence[LearnerSetting | None], folds: int,
                   inner_folds: int = INNER_FOLDS) -> int:  # fmt: skip
     """The row-rounds ``learn`` trains on ``cases`` (the judged ones it learns from), each fit at the
-    rows it is given: every model setting on each inner training split of each outer fold (the
-    folds ``nested_cv`` and ``choose_setting`` make) and on each training split of the final
-    choice, then one model on each outer fold's training folds and one on all cases, counted at the
-    grid's most rounds (which setting the folds choose is not known before they train)."""
+    rows it is given, on the splits the fits use (``cv_splits``, ``inner_splits``): every model
+    setting on each inner training split of each outer fold and on each training split of the
+    final choice, then one model on each outer fold's training folds and one on all cases, counted
+    at the grid's most rounds (which setting the folds choose is not known before they train)."""
     rounds = [s.rounds for s in settings if s is not None]
     if not rounds:
         return 0
     size = [len(c.window) for c in cases]
 
-    def splits(among: Sequence[int], k: int) -> int:
-        """Rows of all of ``choose_setting``'s training splits over ``cases[among]`` (0: it fits nothing)."""
-        groups = [cases[i].group for i in among]
-        k = min(k, len(set(groups)))
-        if len(settings) == 1 or k < 2:
-            return 0
-        held = [sum(size[among[j]] for j in part) for part in fold_groups(groups, k)]
-        return sum(size[i] for i in among) * len(held) - sum(held)
+    def rows(among: Sequence[int]) -> int:
+        return sum(size[i] for i in among)
+
+    def choice(among: Sequence[int], k: int) -> int:
+        """``choose_setting``'s fits over ``cases[among]``, then the chosen setting's on all of them."""
+        inner = sum(rows(train) for train, _ in inner_splits(cases, among, settings, k))
+        return sum(rounds) * inner + max(rounds) * rows(among)
 
     everyone = range(len(cases))
-    work = sum(rounds) * splits(everyone, folds) + max(rounds) * sum(size)
-    for fold in fold_groups([c.group for c in cases], folds):
-        held = set(fold)
-        train = [i for i in everyone if i not in held]
-        work += sum(rounds) * splits(train, inner_folds) + max(rounds) * sum(size[i] for i in train)
-    return work
+    return choice(everyone, folds) + sum(choice(train, inner_folds) for train, _ in cv_splits(cases, everyone, folds))
 
 
 def check_work(cases: Sequence[LearningCase], settings: Sequence[LearnerSetting | None], folds: int,
@@ -585,6 +579,31 @@ def fold_groups(groups: Sequence[str], k: int) -> list[list[int]]:
     return [[i for i, g in enumerate(groups) if fold_of[g] == f] for f in range(k)]
 
 
+Split = tuple[list[int], list[int]]  # a fold's training cases and the fold (indices of the cases)
+
+
+def cv_splits(cases: Sequence[LearningCase], among: Sequence[int], k: int) -> list[Split]:
+    """The ``k``-fold cross-validation over ``cases[among]`` by group (``fold_groups``): each fold's
+    training cases (the others, in ``among``'s order) and the fold. The one plan of folds that
+    ``nested_cv``'s outer folds, ``choose_setting``'s inner ones and ``training_work`` follow."""
+    among = list(among)
+    splits = []
+    for part in fold_groups([cases[i].group for i in among], k):
+        fold = [among[j] for j in part]
+        held = set(fold)
+        splits.append(([i for i in among if i not in held], fold))
+    return splits
+
+
+def inner_splits(cases: Sequence[LearningCase], among: Sequence[int], settings: Sequence[LearnerSetting | None],
+                 folds: int) -> list[Split]:  # fmt: skip
+    """``choose_setting``'s splits of ``cases[among]``: ``folds`` of them, or one per group when there
+    are fewer groups; none (nothing to choose among, or too few groups to cross-validate) when a
+    single setting or fewer than two groups leave it nothing to fit."""
+    k = min(folds, len({cases[i].group for i in among}))
+    return [] if len(settings) == 1 or k < 2 else cv_splits(cases, among, k)
+
+
 Grades = tuple[float, float, float]  # nDCG@10, Recall@20, MRR
 Fit = Callable[[RankingData, LearnerSetting], FittedModel]
 
@@ -651,20 +670,16 @@ def choose_setting(cases: Sequence[LearningCase], among: Sequence[int], now: Seq
     (``None``: the current ranking, its grades ``now``). Fewer than two groups cannot be
     cross-validated: the current ranking is kept (the first setting, if the grid has no ``None``)."""
     fallback = settings.index(None) if None in settings else 0
-    groups = [cases[i].group for i in among]
-    k = min(folds, len(set(groups)))
-    if len(settings) == 1 or k < 2:
+    splits = inner_splits(cases, among, settings, folds)
+    if not splits:
         return (0 if len(settings) == 1 else fallback), []
-    parts = [[among[j] for j in part] for part in fold_groups(groups, k)]
     means = []
     for setting in settings:
         if setting is None:
             means.append(sum(now[i][0] for i in among) / len(among))
             continue
         scores = dict.fromkeys(among, 0.0)
-        for part in parts:
-            held = set(part)
-            train = [i for i in among if i not in held]
+        for train, part in splits:
             for i, g in zip(part, trainer.grades(cases, train, part, setting), strict=True):
                 scores[i] = g[0]
         means.append(sum(scores[i] for i in among) / len(among))
@@ -688,9 +703,7 @@ def nested_cv(cases: Sequence[LearningCase], now: Sequence[Grades], settings: Se
     ranking (``now``) when the inner folds keep it."""
     held_out: list[Grades] = [(0.0, 0.0, 0.0)] * len(cases)
     choices, inner = [], []
-    for fold in fold_groups([c.group for c in cases], folds):
-        held = set(fold)
-        train = [i for i in range(len(cases)) if i not in held]
+    for train, fold in cv_splits(cases, range(len(cases)), folds):
         best, means = choose_setting(cases, train, now, settings, trainer, inner_folds)
         choices.append(best)
         inner.append(tuple(round(m, 6) for m in means))

@@ -446,14 +446,24 @@ def test_the_grids_training_work_is_what_the_training_does_and_is_bounded_once_b
         done.append(len(data.rows) * setting.rounds)
         return _fit_signal(data)
 
-    def run(**kwargs: object) -> object:
-        return learn(cases + unjudged, fit=fit, load=_load_signal, current=_current,  # type: ignore[arg-type]
+    def run(among: list[LearningCase] = cases, setting_grid: object = grid, **kwargs: object) -> object:
+        return learn(among + unjudged, fit=fit, load=_load_signal, current=_current,  # type: ignore[arg-type]
                      current_revision="c", trainer=lambda s: "t", learn_id="L", project_id="p", created_at="now",
-                     settings=grid, resamples=50, **kwargs)  # fmt: skip
+                     settings=setting_grid, resamples=50, **kwargs)  # fmt: skip
 
     work = training_work(cases, grid, 5)
     run()
     assert sum(done) == work  # the cases without a judgment are not trained on, nor counted
+    # The plan's edges, where its rule decides what is fit: a single setting leaves nothing for the
+    # inner folds to choose (no inner fits); 3 groups in 3 folds leave each outer fold's training
+    # cases 2 groups, so its inner cross-validation has 2 folds, not 3.
+    done.clear()
+    run(setting_grid=grid[:1])
+    assert sum(done) == training_work(cases, grid[:1], 5) and len(done) == 5 + 1
+    threes = [attrs.evolve(c, group=f"t{n // 8}") for n, c in enumerate(cases)]
+    done.clear()
+    run(threes, folds=3)
+    assert sum(done) == training_work(threes, grid, 3) and len(done) == len(grid) * (3 * 2 + 3) + 3 + 1
     # Fewer rows than "every fit at all rows": inner fits see (k - 1) / k of a fold's training rows.
     rows = sum(len(c.window) for c in cases)
     assert work < rows * 20 * (5 * 3 + 5 + 6)
