@@ -627,7 +627,8 @@ class Trainer:
     on_fit: Callable[[], None] = lambda: None  # called after every fit (progress)
     # Each case's feature rows, computed once: a learning fits some 126 models on the same cases,
     # and recomputing the rows for every fit was about half its time. Keyed by the case object's
-    # id, the case kept beside its rows so a reused id is never mistaken for it.
+    # id, the case kept beside its rows: it stays alive while its entry does, so no other object
+    # can be given its id (an id is unique among live objects) and an entry found is its own.
     _rows: dict[int, tuple[LearningCase, tuple[tuple[float, ...], ...]]] = attrs.field(
         factory=dict, init=False, eq=False, repr=False
     )
@@ -635,7 +636,7 @@ class Trainer:
     def rows(self, case: LearningCase) -> tuple[tuple[float, ...], ...]:
         """``case_rows(case)``, from the cache."""
         kept = self._rows.get(id(case))
-        if kept is None or kept[0] is not case:
+        if kept is None:
             kept = self._rows[id(case)] = (case, case_rows(case))
         return kept[1]
 

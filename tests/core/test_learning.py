@@ -527,6 +527,19 @@ def test_a_learning_computes_each_cases_features_once_and_learns_what_it_did_wit
     assert attrs.evolve(uncached, seconds=result.seconds) == result  # all but the time it took
 
 
+def test_the_row_cache_never_gives_a_case_another_cases_rows() -> None:
+    from memory_core.evaluation.learning import Trainer, case_rows
+
+    trainer = Trainer(_fit_signal, _load_signal)  # type: ignore[arg-type]
+    # Cases made and dropped one after another: were a dropped case freed, the next would often get
+    # its id (CPython reuses the memory), and a cache keyed by id alone would hand it the old rows.
+    # Windows of different sizes and queries of different terms make every case's rows its own.
+    for n in range(60):
+        case = attrs.evolve(_case(n, 900), query=f"wing lift term{n}", window=_case(n, 900).window[: 1 + n % 9])
+        assert trainer.rows(case) == case_rows(case)
+        del case
+
+
 def test_held_out_cases_are_graded_by_their_own_scores_when_scored_in_one_call() -> None:
     from memory_core.evaluation.learning import Trainer, graded
     from memory_core.evaluation.metrics import MetricLevel
