@@ -286,9 +286,10 @@ class HeldBody:
             self.size = size
 
     def arrived(self) -> None:
-        """Its body has arrived whole: no longer counted as arriving."""
+        """Its body has arrived whole: no longer counted as arriving. (Never after ``release``:
+        the app releases a body once its request is answered, after its one ``arrived``.)"""
         with self.bound._lock:
-            if not self.complete and not self.released:
+            if not self.complete:
                 self.bound.arriving -= 1
             self.complete = True
 
