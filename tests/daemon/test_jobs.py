@@ -136,8 +136,18 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
     yield from running_daemon(tmp_path_factory, "jobs", indexed_project="ledger")
 
 
-def test_a_jobs_result_and_its_typed_error_cross_the_process(daemon: Daemon, tmp_path: Path) -> None:
+def served_from(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder the module's daemon may move ``ledger`` into: it serves it from there after the
+    test that moved it, so not the test's ``tmp_path``, removed as a passing test ends
+    (``tmp_path_retention_policy``)."""
+    return tmp_path_factory.mktemp("served-from")
+
+
+def test_a_jobs_result_and_its_typed_error_cross_the_process(
+    daemon: Daemon, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     client = daemon.client
+    served = served_from(tmp_path_factory)
     with pytest.raises(EvaluationSetEmpty) as empty:
         client.tune_project("ledger")
     assert empty.value.details == {"project": "ledger"}
@@ -147,8 +157,8 @@ def test_a_jobs_result_and_its_typed_error_cross_the_process(daemon: Daemon, tmp
     again = client.import_evaluation_set(fixture)
     assert again.cases_added == () and len(again.cases_unchanged) == 1
 
-    moved = client.move_project_storage("ledger", tmp_path / "moved")
-    assert Path(moved.location) == tmp_path / "moved"
+    moved = client.move_project_storage("ledger", served / "moved")
+    assert Path(moved.location) == served / "moved"
     answer = client.activate_memory("ledger", QUERY)  # the daemon opens the moved copy
     assert answer.fragments[0].resource_id == "runbooks/deploy.md"
     # Each job's progress crossed from its process: the last stage it said stays on its record.
@@ -239,7 +249,9 @@ def test_a_jobs_progress_is_sent_at_most_each_interval_and_its_end_always(monkey
     assert sent == [("progress", "grading 0/10"), ("progress", "grading 7/10"), ("progress", "grading 10/10")]
 
 
-def test_the_cli_draws_a_jobs_progress_from_its_record_or_from_the_engine(daemon: Daemon, tmp_path: Path) -> None:
+def test_the_cli_draws_a_jobs_progress_from_its_record_or_from_the_engine(
+    daemon: Daemon, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """Issue 31 item 2: ``memcore eval tune|learn|import`` and ``project storage move`` draw their
     bar from the job's ``list_jobs`` record through a daemon, and from the engine's own calls in
     process; the same stages either way."""
@@ -250,7 +262,7 @@ def test_the_cli_draws_a_jobs_progress_from_its_record_or_from_the_engine(daemon
     remote: list[tuple[str, int, int]] = []
     ops = Operations(daemon.client)
     with job_progress(ops, "move_project_storage", "ledger", lambda *step: remote.append(step)):
-        ops.move_project_storage("ledger", str(tmp_path / "through-the-daemon"))
+        ops.move_project_storage("ledger", str(served_from(tmp_path_factory) / "through-the-daemon"))
     assert remote and remote[-1] == ("copying", 1, 1), remote
 
     engine = engine_for(tmp_path / "home")
