@@ -98,7 +98,7 @@ JOB_MEMORY_BYTES = 6 << 30
 # memory. Two rather than one, so a short move or import need not wait out an hour's tuning.
 JOB_SLOTS = 2
 SLOTS_ENV = "MEMORY_CORE_JOB_SLOTS"  # tests: a count instead of JOB_SLOTS (read by the server)
-WAITING = "waiting for a job slot"  # a waiting job's progress (listed queued; on the board it is not ended)
+WAITING = "waiting for a job slot"  # a queued job's progress
 PAUSE_POINT_ENV = "MEMORY_CORE_JOB_PAUSE"  # tests: the child stops itself (SIGSTOP) once started
 MEMORY_EXIT = 3  # the child's status when it ran out of memory (it answers nothing then)
 IDLE_KEPT = 1  # children kept waiting for the next job
@@ -119,30 +119,28 @@ class _Job:
     project_id: str | None
     started_at: str
     child: subprocess.Popen[bytes] | None = None
-    state: str = RUNNING
+    state: str = RUNNING  # QUEUED while it waits for a job slot (``JobBoard.waiting``), no process started
     ended_at: str | None = None
     error_code: str | None = None
     cancelled: bool = False
     progress: str | None = None  # progress_text of its stage, as the child last said it
     refused: bool = False  # failed on its input alone: its body did not decode, or its fixture is bad (REFUSED_KEPT)
     order: int = 0  # when it ended, among the board's ends (ended_at's milliseconds can tie)
-    # Waiting for a job slot (``JobBoard.waiting``), no process started; ``wake`` ends its wait.
-    waiting: bool = False
-    wake: Callable[[], object] | None = None
-    stopping: bool = False  # the daemon stopped it (before it started)
+    wake: Callable[[], object] | None = None  # ends its wait while it is queued
     in_process: bool = False  # runs in the daemon's process (no runner): cannot be stopped once started
 
     def info(self) -> JobInfo:
-        cancellable = self.state == RUNNING and (self.waiting or not self.in_process)
-        progress = WAITING if self.waiting else self.progress
-        state = QUEUED if self.waiting and self.state == RUNNING else self.state
-        return JobInfo(self.job_id, self.operation, self.project_id, state, self.started_at, self.ended_at,
+        cancellable = self.state == QUEUED or (self.state == RUNNING and not self.in_process)
+        progress = WAITING if self.state == QUEUED else self.progress
+        return JobInfo(self.job_id, self.operation, self.project_id, self.state, self.started_at, self.ended_at,
                        progress, cancellable, self.error_code)  # fmt: skip
 
     def interrupted(self) -> JobInterrupted:
-        """The error of a job stopped before its process ran."""
-        reason = "stopping" if self.stopping else "cancelled"
-        return JobInterrupted(f"{self.operation} was {'stopped' if self.stopping else 'cancelled'} before it started "
+        """The error of a job stopped before its process ran: cancelled, else the daemon stopped
+        it (nothing else stops a job then). One cancelled and then stopped says cancelled, as its
+        listed state does."""
+        reason = "cancelled" if self.cancelled else "stopping"
+        return JobInterrupted(f"{self.operation} was {'cancelled' if self.cancelled else 'stopped'} before it started "
                               f"({_why(reason)}); nothing was done", reason=reason)  # fmt: skip
 
 
@@ -159,7 +157,7 @@ class JobBoard:
     # Re-entrant: the stop signal's handler (``JobRunner.cancel_all``) runs on the event loop's
     # thread, which may hold the lock at that moment (``waiting``).
     _lock: threading.RLock = attrs.field(factory=threading.RLock)
-    _stopping: bool = False
+    _stopping: bool = False  # the daemon stops (``stop``): no job is queued or started from then on
 
     @contextlib.contextmanager
     def waiting(self, operation: str, project_id: str | None, wake: Callable[[], object]) -> Iterator[_Job]:
@@ -167,10 +165,9 @@ class JobBoard:
         cancellable (``cancel_job`` calls ``wake``, which must end the wait), until the call,
         given a slot, runs with it as ``QUEUED_RECORD`` and ``job`` takes it over; if the block ends
         first (cancelled, stopped, or it failed before), the record ends here."""
-        job = _Job(new_id(), operation, project_id, utc_now_iso(), waiting=True, wake=wake)
+        job = _Job(new_id(), operation, project_id, utc_now_iso(), state=QUEUED, wake=wake)
         with self._lock:
             if self._stopping:
-                job.stopping = True
                 raise job.interrupted()
             self._running[job.job_id] = job
         with self._ending(job) as end:
@@ -184,11 +181,11 @@ class JobBoard:
         project_id = args[0] if operation in PROJECT_OPERATIONS and args else None
         queued = QUEUED_RECORD.get()
         with self._lock:
-            if queued is not None and queued.operation == operation and queued.waiting:
+            if queued is not None and queued.operation == operation and queued.state == QUEUED:
                 QUEUED_RECORD.set(None)  # taken over once
-                if queued.cancelled or queued.stopping:
+                if queued.cancelled or self._stopping:
                     raise queued.interrupted()  # its waiting block ends its record
-                job, job.waiting, job.wake = queued, False, None
+                job, job.state, job.wake = queued, RUNNING, None
                 job.project_id = project_id if project_id is not None else job.project_id
             else:
                 job = _Job(new_id(), operation, project_id, utc_now_iso())
@@ -212,12 +209,12 @@ class JobBoard:
         finally:
             with self._lock:
                 if self._running.pop(job.job_id, None) is not None:
+                    stopped = job.state == QUEUED and self._stopping  # the daemon ended its wait
                     state = said[0] if said else FAILED
                     job.state = CANCELLED if job.cancelled and state == FAILED else state
-                    if job.state != SUCCEEDED and job.error_code is None and (job.cancelled or job.stopping):
+                    if job.state != SUCCEEDED and job.error_code is None and (job.cancelled or stopped):
                         job.error_code = JobInterrupted.code  # its wait was ended: no error reached here
-                    job.ended_at, job.child, job.order = utc_now_iso(), None, next(self._ends)
-                    job.waiting, job.wake = False, None
+                    job.ended_at, job.child, job.wake, job.order = utc_now_iso(), None, None, next(self._ends)
                     job.refused = job.refused and job.state == FAILED
                     (self._refused if job.refused else self._ended).appendleft(job)
 
@@ -243,13 +240,13 @@ class JobBoard:
             job = self._running.get(job_id) or next((j for j in self._ended_lately() if j.job_id == job_id), None)
             if job is None:
                 raise JobNotFound(f"no job {job_id!r} is running or ended lately", job_id=job_id)
-            if job.state != RUNNING:
+            if job.state not in (QUEUED, RUNNING):
                 return job.info()
-            if job.in_process and not job.waiting:
+            if job.in_process:  # never a queued one: set as it starts
                 raise InvalidRequest(f"job {job_id!r} runs in the daemon's process: it cannot be cancelled",
                                      job_id=job_id)  # fmt: skip
             job.cancelled = True
-            child, wake = job.child, job.wake if job.waiting else None
+            child, wake = job.child, job.wake
             info = job.info()
         log.info("job cancelled", extra={"fields": {"job": job.operation, "job_id": job_id,
                                                     "started": child is not None}})  # fmt: skip
@@ -261,22 +258,24 @@ class JobBoard:
         return info
 
     def started(self, job: _Job, child: subprocess.Popen[bytes]) -> bool:
-        """Record ``job``'s child, unless the job was cancelled before it had one (False)."""
+        """Record ``job``'s child, unless the job was cancelled, or the daemon began to stop,
+        before it had one (False): a child recorded here is one ``stop``'s caller signals."""
         with self._lock:
-            if job.cancelled:
+            if job.cancelled or self._stopping:
                 return False
             job.child = child
             return True
 
-    def stop_waiting(self) -> None:
-        """The daemon stops: every job waiting for a slot ends now (``job_interrupted``, reason
-        ``stopping``), and none is queued from now on."""
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def stop(self) -> None:
+        """The daemon stops: every queued job ends now (``job_interrupted``, reason ``stopping``),
+        and none is queued or started from now on."""
         with self._lock:
             self._stopping = True
-            waiting = [j for j in self._running.values() if j.waiting]
-            for job in waiting:
-                job.stopping = True
-            wakes = [j.wake for j in waiting if j.wake is not None]
+            wakes = [j.wake for j in self._running.values() if j.state == QUEUED and j.wake is not None]
         for wake in wakes:
             wake()
 
@@ -290,7 +289,6 @@ class JobRunner:
     board: JobBoard = attrs.field(factory=JobBoard)
     _idle: list[subprocess.Popen[bytes]] = attrs.field(factory=list)
     _lock: threading.Lock = attrs.field(factory=threading.Lock)
-    _stopping: bool = False
 
     def run(self, operation: str, /, *args: Any, **kwargs: Any) -> Any:
         """The Engine's ``operation`` over the home, in a child; its result, or its error raised."""
@@ -301,7 +299,7 @@ class JobRunner:
         request = pickle.dumps((operation, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
         with self.board.job(operation, args) as job:
             child = self._child()
-            if not self.board.started(job, child):  # cancelled before its child had its request
+            if not self.board.started(job, child):  # cancelled or stopped before its child had its request
                 self._done_with(child, keep=True)
                 raise job.interrupted()
             fields = {"job": operation, "job_id": job.job_id}
@@ -310,7 +308,7 @@ class JobRunner:
             if answer is None:
                 child.wait()
                 out_of_memory = child.returncode in (MEMORY_EXIT, -signal.SIGKILL)
-                reason = ("cancelled" if job.cancelled else "stopping" if self._stopping
+                reason = ("cancelled" if job.cancelled else "stopping" if self.board.stopping
                           else "memory" if out_of_memory else "exited")  # fmt: skip
                 log.warning("job ended without an answer",
                             extra={"fields": {**fields, "exit": child.returncode, "reason": reason}})
@@ -329,7 +327,7 @@ class JobRunner:
     def _child(self) -> subprocess.Popen[bytes]:
         """A child for the next job: one waiting (still alive), else a new one."""
         with self._lock:
-            if self._stopping:
+            if self.board.stopping:
                 raise JobInterrupted("the daemon is stopping: the job was not started", reason="stopping")
             while self._idle:
                 child = self._idle.pop()
@@ -344,7 +342,7 @@ class JobRunner:
 
     def _done_with(self, child: subprocess.Popen[bytes], *, keep: bool) -> None:
         with self._lock:
-            if keep and not self._stopping and len(self._idle) < IDLE_KEPT:
+            if keep and not self.board.stopping and len(self._idle) < IDLE_KEPT:
                 self._idle.append(child)
                 return
         _release(child)
@@ -356,10 +354,9 @@ class JobRunner:
         """Refuse new jobs, end those waiting for a slot, let waiting children go, and ask every
         running child to stop (SIGTERM, and SIGCONT so a child stopped by a signal hears it);
         ``close`` escalates."""
+        self.board.stop()  # first: a child ``_done_with`` sees after this is not kept
         with self._lock:
-            self._stopping = True
             idle, self._idle = self._idle, []
-        self.board.stop_waiting()
         for child in idle:
             _release(child)
         for child in self.board.children():
