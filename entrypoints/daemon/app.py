@@ -15,7 +15,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 from typing import Any
 
@@ -49,8 +49,10 @@ def json_response(value: Any, status: int = 200, headers: dict[str, str] | None 
 
 def error_response(exc: MemoryCoreError) -> Response:
     """The envelope of ``exc``; messages and details may echo what the caller sent, so every
-    string is made encodable here, the one place every error answer passes."""
+    string is made encodable here, the one place every error answer passes. A body refused busy
+    may be left unread (``discard_body``): its connection is closed after the answer, not reused."""
     headers = {"Allow": "POST"} if exc.code == "method_not_allowed" else None
+    headers = {"Connection": "close"} if exc.code == api.DaemonBusy.code else headers
     error = api.ErrorEnvelope.of(exc).error
     body = encodable({"error": {"code": error.code, "message": error.message, "details": error.details}})
     return json_response(body, api.status_for(exc.code), headers)
@@ -80,45 +82,45 @@ def declared_length(request: Request, limit: int) -> int | None:
 async def read_body(request: Request, limit: int, grow: Callable[[int], None] | None = None,
                     deadline_s: float | None = None) -> bytes:  # fmt: skip
     """The body's bytes, read no further than ``limit``; ``grow`` hears its size as it arrives
-    (a ``HeldBody``'s: past its bound it raises ``DaemonBusy``, raised here once the body is
-    read through, keeping nothing of it). ``deadline_s``: the whole body must arrive within it
-    (a held body's: else ``invalid_request``, reason ``body_deadline``, and nothing is kept)."""
+    (a ``HeldBody``'s: past its bound it raises ``DaemonBusy``, raised here once the rest is
+    discarded within what is left of the deadline, keeping nothing of it). ``deadline_s``: the
+    whole body must arrive within it (a held body's: else ``invalid_request``, reason
+    ``body_deadline``, and nothing is kept)."""
     declared_length(request, limit)
-    body = bytearray()
-    received, busy = 0, None
+    body, chunks = bytearray(), request.stream()
     try:
-        with anyio.fail_after(deadline_s):
-            async for chunk in request.stream():
-                received += len(chunk)
-                if received > limit:  # chunked bodies announce no length
+        with anyio.fail_after(deadline_s) as cutoff:
+            async for chunk in chunks:
+                if len(body) + len(chunk) > limit:  # chunked bodies announce no length
                     raise api.RequestTooLarge(f"request body is larger than {limit} bytes", limit=limit)
-                if busy is None and grow is not None:
-                    try:
-                        grow(received)
-                    except api.DaemonBusy as exc:
-                        busy, body = exc, bytearray()
-                if busy is None:
-                    body += chunk
+                body += chunk
+                if grow is not None:
+                    grow(len(body))
+    except api.DaemonBusy:
+        received = len(body)
+        body.clear()  # none of it kept
+        await discard_body(chunks, limit - received, cutoff.deadline - anyio.current_time())
+        raise
     except TimeoutError:
-        raise InvalidRequest(f"the request body was not complete within {deadline_s:g} s ({received} bytes "
+        raise InvalidRequest(f"the request body was not complete within {deadline_s:g} s ({len(body)} bytes "
                              "arrived): it was dropped, and its place among the bodies the daemon holds let go",
-                             reason="body_deadline", received=received, deadline_s=deadline_s) from None  # fmt: skip
+                             reason="body_deadline", received=len(body), deadline_s=deadline_s) from None  # fmt: skip
     except ClientDisconnect:
         # The client left, or the UI port's body deadline closed it: nobody reads the answer,
         # but the log says what happened (not an internal error).
         raise InvalidRequest("the connection closed before the request body was complete",
                              reason="body_incomplete") from None  # fmt: skip
-    if busy is not None:
-        raise busy
     return bytes(body)
 
 
-async def discard_body(request: Request, limit: int) -> None:
-    """Read the body through (up to ``limit``), keeping none of it: an HTTP/1.1 client sends its
-    whole body before it reads the answer, so one refused unread would hear a reset, not why."""
+async def discard_body(chunks: AsyncIterator[bytes], limit: int, deadline_s: float) -> None:
+    """Read a body's ``chunks`` through (up to ``limit`` bytes), keeping none: an HTTP/1.1 client
+    sends its whole body before it reads the answer, so one refused unread would hear a reset,
+    not why. No longer than ``deadline_s`` (a held body's): a client trickling bytes held the
+    request for ever; what is left unread then goes with the connection (``error_response``)."""
     received = 0
-    with contextlib.suppress(ClientDisconnect):
-        async for chunk in request.stream():
+    with anyio.move_on_after(deadline_s), contextlib.suppress(ClientDisconnect):
+        async for chunk in chunks:
             received += len(chunk)
             if received > limit:
                 return
@@ -126,12 +128,13 @@ async def discard_body(request: Request, limit: int) -> None:
 
 async def held_body(request: Request, limit: int, bodies: dispatch.HeldBodies, name: str) -> dispatch.HeldBody:
     """Count an undecoded body (``Method.undecoded``) among those the daemon holds, before any of
-    it is read: over their bound, ``DaemonBusy`` (the body read through and dropped)."""
+    it is read: over their bound, ``DaemonBusy`` (the body read through, within the held bodies'
+    deadline, and dropped)."""
     declared = declared_length(request, limit)  # too large (for ever) is said before busy (for now)
     try:
         return bodies.hold(name, declared or 0)
     except api.DaemonBusy:
-        await discard_body(request, limit)
+        await discard_body(request.stream(), limit, bodies.deadline_s)
         raise
 
 

@@ -587,6 +587,65 @@ def test_a_stalled_upload_lets_its_place_go_at_its_deadline(tmp_path: Path) -> N
         assert daemon.stop() == 0
 
 
+def trickled_until_answered(sock: Any, chunk: bytes) -> tuple[int, str | None, Any, bytes]:
+    """Send ``chunk`` each 0.1 s on ``sock`` (a request whose body the daemon refused) until the
+    daemon answers: its status, its Connection header, its JSON answer, and what the connection
+    gives after it (``b""``: closed by the daemon)."""
+    import contextlib
+    import http.client
+    import select
+
+    until = time.monotonic() + WAIT_S
+    while not select.select([sock], [], [], 0.1)[0]:
+        assert time.monotonic() < until, "no answer while the refused body trickled in"
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # closed meanwhile: read why
+            sock.sendall(chunk)
+    reply = http.client.HTTPResponse(sock)
+    reply.begin()
+    answer = json.loads(reply.read())
+    return reply.status, reply.getheader("connection"), answer, sock.recv(1)
+
+
+@pytest.mark.slow
+def test_a_refused_body_trickling_in_is_answered_at_its_deadline_and_its_connection_closed(tmp_path: Path) -> None:
+    """Before-stop review (issue 31, item 2): a body refused daemon_busy is read through before
+    its answer (an HTTP/1.1 client sends all of it before it reads), but that reading had no
+    deadline: a client trickling bytes held its request, and with it the daemon's stop, for ever.
+    Now it is read no longer than a held body may take (``jobs.BODY_DEADLINE_S``, lowered here
+    through ``jobs.BODY_DEADLINE_ENV``), then answered daemon_busy and its connection closed,
+    whether it was refused for the length it announced or as it grew past the bound (no length
+    announced); nothing of it is held after."""
+    import socket
+
+    from memory_core.evaluation.fixture import ImportResult
+
+    bound, deadline_s = 1 << 20, 3
+    daemon = Daemon(tmp_path / "home", tmp_path / "daemon.log",
+                    env={jobs.BODIES_ENV: f"4,{bound}", jobs.BODY_DEADLINE_ENV: str(deadline_s)})  # fmt: skip
+    client = daemon.client
+    announced = stalled_upload(daemon.socket, "import_evaluation_set", bound + 1)  # refused as it came
+    grown = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # refused once past the bound
+    try:
+        fixture = client.export_evaluation_set()
+        grown.settimeout(WAIT_S)
+        grown.connect(str(daemon.socket))
+        grown.sendall(b"POST /v1/import_evaluation_set HTTP/1.1\r\nHost: localhost\r\n"
+                      b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      b"%x\r\n%s\r\n" % (bound + 1, b" " * (bound + 1)))  # fmt: skip
+        for sock, chunk in ((announced, b" "), (grown, b"1\r\n \r\n")):
+            status, connection, answer, after = trickled_until_answered(sock, chunk)
+            assert (status, answer["error"]["code"]) == (503, "daemon_busy"), answer
+            assert answer["error"]["details"]["reason"] == "bytes"
+            assert (connection, after) == ("close", b"")
+        # Nothing of them ran, is listed or is held: an import is taken and runs.
+        assert client.list_jobs().jobs == ()
+        assert client.import_evaluation_set(fixture) == ImportResult((), (), 0, 0)
+    finally:
+        announced.close()
+        grown.close()
+        assert daemon.stop() == 0
+
+
 def test_an_engine_of_other_parts_keeps_bad_input_apart_too(tmp_path: Path) -> None:
     """Without a job runner (an engine of other parts) an import's body is decoded in process,
     on the same board: a body that does not decode, or whose fixture the import refuses, is
