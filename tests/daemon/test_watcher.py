@@ -68,14 +68,23 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     assert running.stop() == 0
 
 
+@pytest.fixture
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test's folder for what the module's daemon watches or stores: the daemon watches it after
+    the test ends, so not the test's ``tmp_path``, removed as a passing test ends
+    (``tmp_path_retention_policy``), which would make that project source_unavailable and start
+    re-indexes on the shared worker during later tests."""
+    return tmp_path_factory.mktemp("watched")
+
+
 def add_indexed(daemon: Daemon, name: str, source: Path) -> None:
     daemon.client.add_project(name, [Source(str(source))])
     assert daemon.client.index_project(name).status == "built"
     wait_for(f"{name} watched", lambda: (h := health(daemon, name)) is not None and h.watching)
 
 
-def test_an_editor_save_is_served_without_memcore_index(daemon: Daemon, tmp_path: Path) -> None:
-    source = memory_folder(tmp_path / "memory")
+def test_an_editor_save_is_served_without_memcore_index(daemon: Daemon, folder: Path) -> None:
+    source = memory_folder(folder / "memory")
     add_indexed(daemon, "edits", source)
     assert not served(daemon, "edits", "zebracorn rollback", "zebracorn")
     before = settled(daemon, "edits")
@@ -94,8 +103,8 @@ def test_an_editor_save_is_served_without_memcore_index(daemon: Daemon, tmp_path
     assert generation is not None and generation.resource_count == 3
 
 
-def test_deletes_moves_and_new_folders_are_followed(daemon: Daemon, tmp_path: Path) -> None:
-    source = memory_folder(tmp_path / "memory")
+def test_deletes_moves_and_new_folders_are_followed(daemon: Daemon, folder: Path) -> None:
+    source = memory_folder(folder / "memory")
     add_indexed(daemon, "moves", source)
     (source / "notes.txt").unlink()
     (source / "archive").mkdir()
@@ -114,8 +123,8 @@ def test_deletes_moves_and_new_folders_are_followed(daemon: Daemon, tmp_path: Pa
     assert generation is not None and generation.resource_count == 3  # deploy, archive/decisions, quokka
 
 
-def test_a_burst_of_writes_is_a_few_reindexes(daemon: Daemon, tmp_path: Path) -> None:
-    source = memory_folder(tmp_path / "memory")
+def test_a_burst_of_writes_is_a_few_reindexes(daemon: Daemon, folder: Path) -> None:
+    source = memory_folder(folder / "memory")
     add_indexed(daemon, "burst", source)
     before = reindex_count(daemon, "burst")
     burst = source / "burst"
@@ -133,10 +142,10 @@ def test_a_burst_of_writes_is_a_few_reindexes(daemon: Daemon, tmp_path: Path) ->
     assert 1 <= reindexes <= 5, f"{reindexes} re-indexes for one burst of 300 writes"
 
 
-def test_a_vanished_source_is_unhealthy_keeps_serving_and_recovers(daemon: Daemon, tmp_path: Path) -> None:
-    source = memory_folder(tmp_path / "memory")
+def test_a_vanished_source_is_unhealthy_keeps_serving_and_recovers(daemon: Daemon, folder: Path) -> None:
+    source = memory_folder(folder / "memory")
     add_indexed(daemon, "vanish", source)
-    away = tmp_path / "moved-away"
+    away = folder / "moved-away"
     os.rename(source, away)
     down = wait_for("unhealthy", lambda: (h := health(daemon, "vanish")) is not None and not h.healthy and h)
     assert down.state == "source_unavailable" and not down.watching
@@ -153,12 +162,12 @@ def test_a_vanished_source_is_unhealthy_keeps_serving_and_recovers(daemon: Daemo
     assert up.last_error is not None and up.last_error.code == "source_unavailable"  # kept for a person to see
 
 
-def test_a_source_folder_replaced_by_a_link_to_itself_is_unhealthy(daemon: Daemon, tmp_path: Path) -> None:
+def test_a_source_folder_replaced_by_a_link_to_itself_is_unhealthy(daemon: Daemon, folder: Path) -> None:
     """Issue 30, item 1: the folder moved away and a symlink to it put in its place keeps the
     device and inode ``os.stat`` sees; the watch must not follow the link as if nothing changed."""
-    source = memory_folder(tmp_path / "memory")
+    source = memory_folder(folder / "memory")
     add_indexed(daemon, "relinked", source)
-    away = tmp_path / "moved-away"
+    away = folder / "moved-away"
     os.rename(source, away)
     source.symlink_to(away, target_is_directory=True)
     down = wait_for("unhealthy", lambda: (h := health(daemon, "relinked")) is not None and not h.healthy and h)
@@ -167,8 +176,8 @@ def test_a_source_folder_replaced_by_a_link_to_itself_is_unhealthy(daemon: Daemo
     assert served(daemon, "relinked", "advisory locks idempotency", "advisory")  # the last generation serves
 
 
-def test_a_source_that_is_a_file_is_a_clear_error(daemon: Daemon, tmp_path: Path) -> None:
-    source = tmp_path / "not-a-folder.md"
+def test_a_source_that_is_a_file_is_a_clear_error(daemon: Daemon, folder: Path) -> None:
+    source = folder / "not-a-folder.md"
     source.write_text("# Not a folder\n", encoding="utf-8")
     daemon.client.add_project("afile", [Source(str(source))])
     down = wait_for("unhealthy", lambda: (h := health(daemon, "afile")) is not None and h.error is not None and h)
@@ -176,8 +185,8 @@ def test_a_source_that_is_a_file_is_a_clear_error(daemon: Daemon, tmp_path: Path
     assert "not a directory" in down.error.message and not down.watching
 
 
-def test_a_symlink_loop_is_watched_and_scanned_once(daemon: Daemon, tmp_path: Path) -> None:
-    source = memory_folder(tmp_path / "memory")
+def test_a_symlink_loop_is_watched_and_scanned_once(daemon: Daemon, folder: Path) -> None:
+    source = memory_folder(folder / "memory")
     os.symlink(".", source / "loop")
     os.symlink("../runbooks", source / "runbooks" / "again")
     add_indexed(daemon, "loops", source)
@@ -189,8 +198,8 @@ def test_a_symlink_loop_is_watched_and_scanned_once(daemon: Daemon, tmp_path: Pa
     assert generation is not None and generation.resource_count == 3
 
 
-def test_removing_a_project_stops_its_watch_and_adding_starts_one(daemon: Daemon, tmp_path: Path) -> None:
-    source = memory_folder(tmp_path / "memory")
+def test_removing_a_project_stops_its_watch_and_adding_starts_one(daemon: Daemon, folder: Path) -> None:
+    source = memory_folder(folder / "memory")
     add_indexed(daemon, "comes-and-goes", source)
     daemon.client.remove_project("comes-and-goes")
     assert health(daemon, "comes-and-goes") is None
@@ -200,8 +209,8 @@ def test_removing_a_project_stops_its_watch_and_adding_starts_one(daemon: Daemon
     assert not h.indexed and h.last_reindex is None  # a new project's first index is asked for
 
 
-def test_index_project_and_the_watcher_share_one_worker(daemon: Daemon, tmp_path: Path) -> None:
-    source = memory_folder(tmp_path / "memory")
+def test_index_project_and_the_watcher_share_one_worker(daemon: Daemon, folder: Path) -> None:
+    source = memory_folder(folder / "memory")
     add_indexed(daemon, "explicit", source)
     editor_save(source / "notes.txt", "The axolotl explicit note.\n")
     report = daemon.client.index_project("explicit")  # serialised with the watcher's re-index, whichever runs first
@@ -249,10 +258,10 @@ def add_indexed_polling(daemon: Daemon, name: str, source: Path) -> None:
     assert daemon.client.index_project(name).status == "built"
 
 
-def test_an_activation_may_wait_for_the_pending_reindex(daemon: Daemon, tmp_path: Path) -> None:
+def test_an_activation_may_wait_for_the_pending_reindex(daemon: Daemon, folder: Path) -> None:
     from memory_core.domain.errors import InvalidRequest
 
-    source = memory_folder(tmp_path / "memory")
+    source = memory_folder(folder / "memory")
     add_indexed(daemon, "waits", source)
     with pytest.raises(InvalidRequest, match="wait_for_index_ms"):
         daemon.client.activate_memory("waits", "okapi", wait_for_index_ms=-1)
@@ -317,7 +326,7 @@ def test_an_unreadable_source_is_a_clear_error_keeps_serving_and_recovers() -> N
         shutil.rmtree(base, ignore_errors=True)
 
 
-def test_a_project_removed_mid_reindex_is_discarded_and_its_caller_told(daemon: Daemon, tmp_path: Path) -> None:
+def test_a_project_removed_mid_reindex_is_discarded_and_its_caller_told(daemon: Daemon, folder: Path) -> None:
     """The build in flight stops at its next progress step; nothing of it is published, the
     ``index_project`` caller gets a clear error, and the daemon serves on."""
     import threading
@@ -325,7 +334,7 @@ def test_a_project_removed_mid_reindex_is_discarded_and_its_caller_told(daemon: 
     from memory_core.domain.errors import MemoryCoreError
     from memory_core.entrypoints.daemon.client import DaemonClient
 
-    source = memory_folder(tmp_path / "memory")
+    source = memory_folder(folder / "memory")
     for i in range(1500):  # enough units that the build runs for a while
         (source / f"note-{i:04d}.md").write_text(f"# Note {i}\n\nThe numbat counts {i} termites.\n", encoding="utf-8")
     daemon.client.add_project("doomed", [Source(str(source))])
@@ -353,15 +362,15 @@ def test_a_project_removed_mid_reindex_is_discarded_and_its_caller_told(daemon: 
     assert served(daemon, "doomed", "numbat termites 42", "numbat")
 
 
-def test_a_storage_move_keeps_the_change_seen_and_a_clear_stops_reindexing(daemon: Daemon, tmp_path: Path) -> None:
+def test_a_storage_move_keeps_the_change_seen_and_a_clear_stops_reindexing(daemon: Daemon, folder: Path) -> None:
     """The move pauses the project's re-indexes (issue 30 item 4): a change made just before it is
     served after it with no other change, and the project is still watched; after a clear it has
     no generation, and only ``index_project`` builds one."""
-    source = memory_folder(tmp_path / "memory")
+    source = memory_folder(folder / "memory")
     add_indexed(daemon, "moving", source)
     editor_save(source / "notes.txt", "The platypus moved house.\n")
-    moved = daemon.client.move_project_storage("moving", tmp_path / "elsewhere")
-    assert Path(moved.location) == tmp_path / "elsewhere" and not moved.default_location
+    moved = daemon.client.move_project_storage("moving", folder / "elsewhere")
+    assert Path(moved.location) == folder / "elsewhere" and not moved.default_location
     wait_for("the change served after the move", lambda: served(daemon, "moving", "platypus house", "platypus"))
     after = wait_for("settled", lambda: settled(daemon, "moving"))
     assert after.watching and after.healthy and after.indexed and after.pending_changes == 0
