@@ -892,6 +892,88 @@ def test_a_job_cancelled_before_its_process_started_is_never_started(
         runner.close()
 
 
+def test_a_job_stopped_before_its_process_started_is_never_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon stops (``cancel_all``) once a job's process is ready but before the job has it
+    (c64f918: ``started`` refuses a child once the board stops, as ``cancel_all`` signalled the
+    children it knew): the job is not started (its process gets no request, and is let go, not
+    kept for a next job) and its caller hears ``stopping``."""
+    runner = jobs.JobRunner(tmp_path / "home")
+    real_child = jobs.JobRunner._child
+    made: list[Any] = []
+    ready, go = threading.Event(), threading.Event()
+
+    def held_child(self: jobs.JobRunner) -> Any:  # holds the moment its process is ready, not yet the job's
+        child = real_child(self)
+        made.append(child)
+        ready.set()
+        go.wait(WAIT_S)
+        return child
+
+    monkeypatch.setattr(jobs.JobRunner, "_child", held_child)
+    worker, outcome = in_thread(lambda: runner.run("tune_project", "ledger"))
+    try:
+        assert ready.wait(WAIT_S)
+        (listed,) = runner.board.jobs()
+        assert (listed.state, listed.cancellable) == ("running", True)
+        runner.cancel_all()
+        go.set()
+        worker.join(timeout=WAIT_S)
+        error = outcome.get("error")
+        assert isinstance(error, err.JobInterrupted), outcome
+        assert error.details["reason"] == "stopping"
+        (ended,) = runner.board.jobs()
+        assert (ended.job_id, ended.state, ended.error_code) == (listed.job_id, "failed", "job_interrupted")
+        assert runner._idle == []  # the daemon stops: no process is kept
+        (child,) = made
+        assert child.returncode == 0  # let go by closing its stdin: no request, no signal
+    finally:
+        go.set()
+        runner.close()
+
+
+class WaitEnded(Exception):
+    """What the app's cancelled wait for a slot is to a queued job's record: not a typed error."""
+
+
+@pytest.mark.parametrize("ended_by", ["its wait", "its slot"])
+def test_a_queued_job_cancelled_then_stopped_answers_cancelled_as_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ended_by: str
+) -> None:
+    """A job cancelled while it waited for a slot, then stopped with the daemon before its wait
+    ended, answers ``cancelled``, as it is listed (c64f918; before, it answered ``stopping``),
+    whichever ends it: its wait, woken (the app then raises its record's ``interrupted``), or the
+    slot it was given meanwhile (the runner takes its record over and starts no process)."""
+    import contextvars
+
+    runner = jobs.JobRunner(tmp_path / "home")
+    made: list[Any] = []
+    monkeypatch.setattr(jobs.JobRunner, "_child", lambda self: made.append(self))
+    woken: list[bool] = []
+    try:
+        with pytest.raises(err.JobInterrupted) as interrupted:
+            try:
+                with runner.board.waiting("tune_project", "ledger", lambda: woken.append(True)) as queued:
+                    assert runner.board.cancel(queued.job_id).state == "queued"
+                    runner.cancel_all()
+                    assert woken
+                    if ended_by == "its wait":
+                        raise WaitEnded
+                    slot = contextvars.copy_context()  # as the app's slot thread: its record set there alone
+                    slot.run(lambda: (jobs.QUEUED_RECORD.set(queued), runner.run("tune_project", "ledger")))
+            except WaitEnded:
+                raise queued.interrupted() from None
+        assert interrupted.value.details["reason"] == "cancelled"
+        assert "was cancelled before it started" in interrupted.value.message
+        (listed,) = runner.board.jobs()
+        assert (listed.job_id, listed.state, listed.error_code, listed.cancellable) == (
+            queued.job_id, "cancelled", "job_interrupted", False)  # fmt: skip
+        assert made == []  # no process was asked for
+    finally:
+        runner.close()
+
+
 class HeldIndexer:
     """The engine's own indexing, held until ``go`` is set: the watcher's worker stays busy."""
 
