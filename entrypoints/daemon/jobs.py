@@ -266,6 +266,15 @@ class JobBoard:
             job.child = child
             return True
 
+    def answered(self, job: _Job) -> bool:
+        """``job``'s child answered: it is the job's no more, so a ``cancel`` from now on signals
+        nothing (the child may be waiting for the next job by then); whether it may be kept for
+        the next job (False: the job was cancelled first, so its child may have been signalled).
+        Both at once, under the lock: a cancel landing between them SIGTERMed a kept child."""
+        with self._lock:
+            job.child = None
+            return not job.cancelled
+
     @property
     def stopping(self) -> bool:
         return self._stopping
@@ -318,7 +327,7 @@ class JobRunner:
                     exit_status=child.returncode,
                 )
             status, value, retiring, job.refused = answer
-            self._done_with(child, keep=not retiring and not job.cancelled)
+            self._done_with(child, keep=self.board.answered(job) and not retiring)
             log.info("job ended", extra={"fields": {**fields, "status": status, "child_retires": retiring}})
             if status == "error":
                 raise value

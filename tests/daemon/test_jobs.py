@@ -974,6 +974,47 @@ def test_a_queued_job_cancelled_then_stopped_answers_cancelled_as_listed(
         runner.close()
 
 
+def test_a_cancel_just_after_a_jobs_answer_leaves_its_kept_process_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's process answered and was kept for the next job while the job's record still named
+    it; a ``cancel_job`` landing then SIGTERMed that idle process, which died, and the next job
+    that took it failed with "its process exited". The hook cancels the job right there, after
+    its process was kept and before its record ends: nothing is signalled now (the process is the
+    job's no more once it answered: ``JobBoard.answered``), and the next job runs on the same
+    process."""
+    runner = jobs.JobRunner(tmp_path / "home")
+    real_done_with, real_signal = jobs.JobRunner._done_with, jobs._signal
+    kept: list[int] = []
+    signalled: list[tuple[int, int]] = []
+
+    def done_with_then_cancelled(self: jobs.JobRunner, child: Any, *, keep: bool) -> None:
+        real_done_with(self, child, keep=keep)
+        kept.extend(c.pid for c in self._idle)
+        if len(kept) == 1:  # the first job, its process kept: cancelled before its record ends
+            (running,) = [j for j in self.board.jobs() if j.state == "running"]
+            self.board.cancel(running.job_id)
+
+    def recorded_signal(child: Any, sig: int) -> None:
+        signalled.append((child.pid, sig))
+        real_signal(child, sig)
+
+    monkeypatch.setattr(jobs.JobRunner, "_done_with", done_with_then_cancelled)
+    monkeypatch.setattr(jobs, "_signal", recorded_signal)
+    try:
+        errors = []
+        for _ in range(2):  # a body that does not decode: its process answers at once, opening nothing
+            with pytest.raises(err.MemoryCoreError) as refused:
+                runner.run("import_evaluation_set", b'{"fixture": {"format": ')
+            errors.append(refused.value.code)
+        assert signalled == []
+        assert errors == ["invalid_json"] * 2, errors  # the second job's answer, not "its process exited"
+        assert len(kept) == 2 and kept[0] == kept[1], kept  # one process served both
+        assert runner._idle[0].poll() is None
+    finally:
+        runner.close()
+
+
 class HeldIndexer:
     """The engine's own indexing, held until ``go`` is set: the watcher's worker stays busy."""
 
