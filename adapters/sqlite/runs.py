@@ -114,7 +114,7 @@ class SqliteRunStore:
         self._unit_columns = UnitColumns()
 
     def settle(self) -> None:
-        """Return once every write this process queued (inserts, traces) has landed."""
+        """Return once every write this process queued (inserts, traces, prunes) has landed."""
         self._writer.settle()
 
     def close(self) -> None:
@@ -128,13 +128,18 @@ class SqliteRunStore:
     # -- recording ------------------------------------------------------------------------------
 
     def start(self, run: RunStart) -> str:
-        """Return the new Run's id at once; its ``running`` row is inserted (and the project's
-        history pruned) on the store's writer thread while the pipeline ranks. ``complete`` and
-        ``fail`` wait for that insert, and every read waits for pending inserts first."""
+        """Return the new Run's id at once; its ``running`` row is inserted on the store's writer
+        thread while the pipeline ranks, and the project's history pruned a moment behind the
+        answer. ``complete`` and ``fail`` wait for that insert, and every read waits for both."""
         run_id = new_run_id()
         owner = self._owner()
         self._open.add(run_id)
         self._writer.submit(run_id, functools.partial(self._insert_running, run_id, run, owner))
+        # The prune deletes an old Run's ~180 candidate rows: behind the answer, not beside the
+        # ranking (every read settles first, so none sees more than the kept Runs).
+        if not self._writer.write_behind(functools.partial(self._prune, run.project_id)):
+            with self._lock:
+                self._prune(run.project_id, self._conn)
         return run_id
 
     def _insert_running(self, run_id: str, run: RunStart, owner: Owner, conn: apsw.Connection) -> None:
@@ -148,8 +153,16 @@ class SqliteRunStore:
                     run.started_at, owner.pid, owner.started_at, owner.boot_id,
                 ),
             )  # fmt: skip
-            q.prune(conn, run.project_id)
         self._fault("runs.start.after_commit")
+
+    def _prune(self, project_id: str, conn: apsw.Connection) -> None:
+        """The project's retention (``run_queries.prune``); a failure is logged and the next Run's
+        prune catches up (it deletes every Run over the bound)."""
+        try:
+            with storage_errors("cannot prune Retrieval Runs"), write_transaction(conn):
+                q.prune(conn, project_id)
+        except Exception:
+            log.exception("could not prune the Retrieval Runs of %s; the next Run tries again", project_id)
 
     def complete(self, run_id: str, trace: RunTrace) -> None:
         """Make the Run ``succeeded`` with its trace, right behind the answer.
