@@ -45,8 +45,8 @@ class RunWriter:
     engine then answers with ``run_id`` null, as for any history failure). A crash in the first
     moments of an activation can therefore leave no Run at all; the agent had no answer then.
 
-    A write behind (a completed trace, already turned into rows on the caller's thread, so what
-    is stored is what was answered; a prune) starts ``BEHIND_GRACE_S`` after it was queued, or
+    A write behind (a completed trace, its candidates turned into rows here: the pipeline never
+    changes a Candidate once its activation has answered; a prune) starts ``BEHIND_GRACE_S`` after it was queued, or
     at once when an insert or a reader comes after it: the answer reaches its caller before a
     transaction takes the other core, and writes still land in the order they were queued (an
     answered Run's trace before the next Run's insert). The Run reads ``running`` until its
