@@ -700,6 +700,8 @@ BEFORE_AFTER_RUNS = (
     ("6", "before_after_recording"),
     ("6 isolated", "before_after_recording_pause40"),
     ("7", "before_after_rows_behind"),
+    ("8", "before_after_writer_final"),
+    ("8 isolated", "before_after_writer_final_pause40"),
 )
 
 
@@ -716,7 +718,8 @@ the prune is its own write behind the answer, and every write behind the answer 
 after it was queued (`BEHIND_GRACE_S`), or at once when the next Run's insert or a reader comes:
 writes land in the order queued (an answered Run's trace before the next Run's insert, so a
 crash keeps what was answered, `tests/reliability/test_crash_safety.py`), and every read
-settles first (`tests/adapters/test_run_writer.py`). Back to back (run 6) 0.88x of before on
+settles first (`tests/adapters/test_run_writer.py`; the retention tests of
+`tests/contracts/test_run_store.py` read right after a Run starts). Back to back (run 6) 0.88x of before on
 Cranfield and 0.93x on LoCoMo dev, both significant; one caveat: two daemons taking turns, a
 write one daemon puts off can fall in the other's call, which flatters the later writer. With
 40 ms before every call (run 6 isolated, nothing of the last call still running, as an agent
@@ -726,7 +729,13 @@ queries, 40 ms apart) 0.91x [0.90, 0.93]. A Run reads `running` up to 3 ms longe
 this process never sees it so (it settles). Then (39dfea5, run 7) a trace's candidates become
 rows on the writer thread too, behind the answer, instead of on the agent's (~10% of the request
 thread's CPU, sampled with py-spy): 0.91x of before on Cranfield and 0.96x on LoCoMo dev, both
-significant, measured while the suite ran beside it."""
+significant, measured while the suite ran beside it. Review then found the hand-made writer
+thread of ec97a70 could hang a close racing a new Run and outlived unclosed stores; the writer is
+again one `ThreadPoolExecutor` thread, a write behind waiting its grace on a condition that every
+insert and reader ends (same order, same grace). Runs 8 and 8 isolated measure it against the
+writer before ec97a70, on a quiet machine (load under 1): back to back 0.87x [0.85, 0.91] on
+Cranfield and 0.89x [0.87, 0.90] on LoCoMo dev, isolated calls 0.89x [0.87, 0.92] and 0.90x
+[0.89, 0.91]; to the peer's p50, back to back, 0.50 on Cranfield and 0.55 on LoCoMo dev."""
 
 
 def pause_ms() -> int:

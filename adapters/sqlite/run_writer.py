@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import atexit
-import collections
 import concurrent.futures
 import logging
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable
 
 import apsw
@@ -23,17 +20,6 @@ log = logging.getLogger(__name__)
 # trace written at once and a prune beside the ranking made a call ~9% slower than 3 ms later.
 BEHIND_GRACE_S = 0.003
 
-Job = Callable[[apsw.Connection], None]
-
-
-class _Queued:
-    __slots__ = ("behind", "due", "future", "job")
-
-    def __init__(self, job: Job, behind: bool) -> None:
-        self.job, self.behind = job, behind
-        self.due = time.monotonic() + BEHIND_GRACE_S if behind else 0.0
-        self.future: concurrent.futures.Future[None] = concurrent.futures.Future()
-
 
 class RunWriter:
     """One writer thread with its own connection, in order: it inserts ``running`` Runs while the
@@ -45,13 +31,14 @@ class RunWriter:
     engine then answers with ``run_id`` null, as for any history failure). A crash in the first
     moments of an activation can therefore leave no Run at all; the agent had no answer then.
 
-    A write behind (a completed trace, its candidates turned into rows here: the pipeline never
-    changes a Candidate once its activation has answered; a prune) starts ``BEHIND_GRACE_S`` after it was queued, or
-    at once when an insert or a reader comes after it: the answer reaches its caller before a
-    transaction takes the other core, and writes still land in the order they were queued (an
-    answered Run's trace before the next Run's insert). The Run reads ``running`` until its
-    trace lands, and a crash in between leaves it to recovery (``retrieval_interrupted``). Every
-    read of this store ``settle``s first, so this process always reads its own writes.
+    A write behind (a completed trace, whose candidates become rows there: the pipeline never
+    changes a Candidate once its activation has answered; a prune) waits ``BEHIND_GRACE_S``
+    after it was queued, or less when an insert or a reader comes after it, before it starts:
+    the answer reaches its caller before a transaction takes the other core. One thread runs
+    every write in the order queued, so an answered Run's trace still lands before the next
+    Run's insert. The Run reads ``running`` until its trace lands, and a crash in between leaves
+    it to recovery (``retrieval_interrupted``). Every read of this store ``settle``s first, so
+    this process always reads its own writes.
 
     An in-memory database (no second connection can see it), or an interpreter shutting down
     (no new thread), gets every write inline instead.
@@ -66,44 +53,55 @@ class RunWriter:
             # commit crosses 1,000 WAL pages).
             main.execute("PRAGMA wal_autocheckpoint = 0")
         self._lock = threading.Lock()
-        self._ready = threading.Condition(self._lock)  # a job queued or due, a reader, a close
-        self._queue: collections.deque[_Queued] = collections.deque()
-        self._inserts_queued = 0  # any ends the grace of the writes queued before it
-        self._thread: threading.Thread | None = None
-        self._closing = False
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._conn: apsw.Connection | None = None  # used by the writer thread only
         self._pid = 0
         self._pending: dict[str, concurrent.futures.Future[None]] = {}
         self._behind: set[concurrent.futures.Future[None]] = set()
+        # Bumped by every insert and reader: a write behind queued before stops waiting its grace.
+        self._hurried = threading.Condition()
+        self._hurry_count = 0
 
-    def _submit(self, job: Job, *, behind: bool) -> concurrent.futures.Future[None] | None:
+    def _submit(self, job: Callable[[apsw.Connection], None]) -> concurrent.futures.Future[None] | None:
         """Queue ``job`` for the writer thread (the caller holds ``self._lock``); None: no thread."""
         if self._sibling is None:
             return None
-        if self._thread is None or self._pid != os.getpid():  # none yet, or forked
-            thread = threading.Thread(target=self._serve, name="memcore-runs", daemon=True)
-            self._queue, self._inserts_queued, self._pending, self._behind = collections.deque(), 0, {}, set()
-            self._conn, self._closing = None, False
-            try:
-                thread.start()
-            except RuntimeError:  # shutting down: no new threads
-                return None
-            self._thread, self._pid = thread, os.getpid()
-            _drained_at_exit(self)
-        queued = _Queued(job, behind)
-        self._queue.append(queued)
-        self._inserts_queued += not behind
-        self._ready.notify()
-        return queued.future
+        if self._executor is None or self._pid != os.getpid():  # none yet, or forked
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="memcore-runs")
+            self._pid, self._pending, self._behind, self._conn = os.getpid(), {}, set(), None
+        try:
+            return self._executor.submit(self._run, job)
+        except RuntimeError:  # shutting down: no new threads
+            return None
 
-    def submit(self, run_id: str, insert: Job) -> None:
+    def submit(self, run_id: str, insert: Callable[[apsw.Connection], None]) -> None:
         with self._lock:
-            future = self._submit(insert, behind=False)
+            future = self._submit(insert)
             if future is not None:
                 self._pending[run_id] = future
-                return
+        if future is not None:
+            self._hurry()  # the writes queued before it go now: the insert never waits a grace
+            return
         with self._main_lock:
             insert(self._main)
+
+    def _hurry(self) -> None:
+        with self._hurried:
+            self._hurry_count += 1
+            self._hurried.notify_all()
+
+    def _after_grace(self, write: Callable[[apsw.Connection], None]) -> Callable[[apsw.Connection], None]:
+        """``write``, once ``BEHIND_GRACE_S`` has passed since now or an insert or reader came."""
+        due = time.monotonic() + BEHIND_GRACE_S
+        with self._hurried:
+            count = self._hurry_count
+
+        def after_grace(conn: apsw.Connection) -> None:
+            with self._hurried:
+                self._hurried.wait_for(lambda: self._hurry_count != count, max(0.0, due - time.monotonic()))
+            write(conn)
+
+        return after_grace
 
     def wait(self, run_id: str) -> None:
         """Wait for ``run_id``'s queued insert, if any, and re-raise its error."""
@@ -112,11 +110,11 @@ class RunWriter:
         if future is not None:
             future.result()
 
-    def write_behind(self, write: Job) -> bool:
-        """Queue ``write`` to run a moment behind the answer (it handles its own errors); False
+    def write_behind(self, write: Callable[[apsw.Connection], None]) -> bool:
+        """Queue ``write`` to start a moment behind the answer (it handles its own errors); False
         when it must run inline instead."""
         with self._lock:
-            future = self._submit(write, behind=True)
+            future = self._submit(self._after_grace(write))
             if future is None:
                 return False
             self._behind.add(future)
@@ -127,47 +125,19 @@ class RunWriter:
         with self._lock:
             self._behind.discard(future)
 
-    def _next(self) -> _Queued | None:
-        """The next job in order, once due (None: closed and all done)."""
-        with self._lock:
-            while True:
-                if self._queue:
-                    head = self._queue[0]
-                    wait = head.due - time.monotonic()
-                    if wait <= 0 or self._inserts_queued or self._closing:
-                        self._queue.popleft()
-                        self._inserts_queued -= not head.behind
-                        return head
-                    self._ready.wait(wait)
-                elif self._closing:
-                    return None
-                else:
-                    self._ready.wait()
-
-    def _serve(self) -> None:
-        while (queued := self._next()) is not None:
-            if not queued.future.set_running_or_notify_cancel():
-                continue
-            try:
-                if self._conn is None:
-                    assert self._sibling is not None
-                    self._conn = self._sibling.open()
-                queued.job(self._conn)
-            except BaseException as exc:
-                queued.future.set_exception(exc)
-            else:
-                queued.future.set_result(None)
+    def _run(self, job: Callable[[apsw.Connection], None]) -> None:
+        if self._conn is None:
+            assert self._sibling is not None
+            self._conn = self._sibling.open()
+        job(self._conn)
 
     def settle(self) -> None:
-        """Write what waits now and wait for every queued write; forget the inserts that
-        succeeded (``wait`` needs none)."""
+        """Wait for every queued write, hurried (no grace); forget the inserts that succeeded
+        (``wait`` needs none)."""
+        self._hurry()
         with self._lock:
             pending = list(self._pending.items())
             behind = list(self._behind)
-            if self._queue:
-                for queued in self._queue:
-                    queued.due = 0.0  # a reader waits: no grace
-                self._ready.notify()
         if not pending and not behind:
             return
         concurrent.futures.wait([f for _, f in pending] + behind)
@@ -179,24 +149,9 @@ class RunWriter:
     def close(self) -> None:
         self.settle()
         with self._lock:
-            thread, self._thread = self._thread, None
-            self._closing = True
-            self._ready.notify()
-        if thread is not None and thread is not threading.current_thread() and self._pid == os.getpid():
-            thread.join()
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
-
-
-def _drained_at_exit(writer: RunWriter) -> None:
-    """Writes queued when the interpreter exits land first (the thread is a daemon thread, so
-    it never holds the exit; a weak reference, so a dropped writer is not kept alive)."""
-    ref = weakref.ref(writer)
-
-    def drain() -> None:
-        alive = ref()
-        if alive is not None:
-            alive.close()
-
-    atexit.register(drain)

@@ -53,7 +53,10 @@ _NO_RANK = 1 << 30
 
 @attrs.define(eq=False)
 class Candidate:
-    """One unit of the fused recall set with its rank (1-based) and score at every stage."""
+    """One unit of the fused recall set with its rank (1-based) and score at every stage.
+
+    Filled stage by stage while one activation ranks, and never changed once it has answered:
+    its Run's trace becomes rows from these objects behind the answer (``SqliteRunStore.complete``)."""
 
     unit: Unit
     exact_rank: int | None = None
