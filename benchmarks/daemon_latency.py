@@ -504,12 +504,15 @@ def run(quick: bool) -> dict[str, Any]:
 
 
 # -- the report -------------------------------------------------------------------------------
-# Measured outside ``run`` (the same hour as the 2026-12-07 full run, on the same homes): how much
-# the ratios move between runs. Fixed text; the rest of the closing prose is computed from the result.
-BETWEEN_RUNS = """The ratios move with the load and, on CISI's 75 queries, from run to run. This run's load swung
-from 4.4 to 15.3 (other engineers' jobs): Cranfield was measured at 6.5-15.3 and CISI at 12.5-13.5,
-where the peer's fp32 query embedding stretches most, and LoCoMo dev's peer was quicker than in any
-run before (17.7 ms p50 against 28.8-31.5). The full run before this one (the BM25 read before
+# Measured outside ``run`` (earlier full runs, kept under their own names): how much the ratios
+# move between runs. Fixed text; the rest of the closing prose is computed from the result.
+BETWEEN_RUNS = """The ratios move with the load and, on CISI's 75 queries, from run to run. This run (2f89055,
+after the Run writer's changes of runs 6-8) had a quiet machine, load 1.5-2.1. The full run before
+it (before those changes, load 4.4-15.3 from other engineers' jobs,
+`benchmarks/results/daemon_latency_loaded.json`) gave p50 ratios of 0.43 [0.40, 0.47] on
+Cranfield, 0.51 [0.44, 0.68] on CISI, 0.60 [0.59, 0.62] on LoCoMo dev and 0.41 [0.39, 0.43] on
+SciFact train, where the busy cores stretched the peer's fp32 query embedding most; on a quieter
+machine then (load 1.5-2.4) LoCoMo dev was 0.67-0.72 (below). The one before it (the BM25 read before
 597fd8f, load 5.1-7.2, `benchmarks/results/daemon_latency_previous.json`) gave p50 ratios of 0.52
 [0.48, 0.57] on Cranfield, 0.68 [0.49, 0.80] on CISI, 0.48 [0.46, 0.50] on LoCoMo dev and 0.44
 [0.42, 0.46] on SciFact train; the one before it (load 5.9-7.2, `daemon_latency_earlier.json`)
@@ -564,21 +567,24 @@ activations, or the warm-up beside the watcher) could fail with Java errors or c
 REMAINS = """What remains, short queries first (the stage table): the query embedding (one int8 ONNX run,
 compute-bound: about 2.6 ms + 0.11 ms per token of CPU; a faster one changes the vectors, which is
 the model's business, issue 33, and the critical path beside which BM25 runs), the JVM's compilers
-(above: CPU on the other core for thousands of searches after a start, and slow searches until
-then: a daemon could warm its JVM with searches of its own while idle after a start), the exact dense product
-(memory-bound at SciFact's size), fusion's ~180 candidates in Python (`retrieval/pipeline.fuse`,
-0.21 ms of CPU unloaded on Cranfield), and
-outside the engine (5-7 ms at this load, where the peer has none) the hand-offs between threads,
-h11's pure-Python HTTP parsing on the event loop (httptools is not installed), the typed client's
-decoding and the Run writer's CPU (1.8 ms a Run, now after the answer but still on the same two
+(above: CPU on the other core for thousands of searches after a start, and slow searches until then:
+a daemon could warm its JVM with searches of its own while idle after a start), the exact dense
+product (memory-bound at SciFact's size), fusion's ~180 candidates in Python
+(`retrieval/pipeline.fuse`, 0.21 ms of CPU unloaded on Cranfield), and outside the engine (2-3 ms on
+a quiet machine, where the peer has none) the hand-offs between threads, h11's pure-Python HTTP
+parsing on the event loop (httptools with uvloop, tried through the daemon in one run: 0.99 [0.91,
+1.05] of h11 on Cranfield, 1.06 on LoCoMo dev, so not installed), the typed client's decoding and
+the Run writer's CPU (about 2.5 ms a Run, now written behind the answer but still on the same two
 cores). The catalog's reads are not it: the project, the current generation and the ranking profile
 take 0.05 ms together unloaded, though the `validate` and `load` stages around them take 0.26 and
 0.16 ms p50 in the daemon, where each SQLite statement hands the GIL to the threads beside it. A
-shorter GIL switch interval in the daemon (0.5 ms against 5, set by a `sitecustomize` in one of
-two otherwise equal daemons, load 1.5-2.4, `daemon_latency_switch_interval.json`) bought nothing:
-p50 0.96 [0.91, 1.01] of the default's on Cranfield, 1.03 [1.00, 1.06] on LoCoMo dev. At that load
-the ratios to the peer were 0.64-0.67 on Cranfield and 0.70-0.72 on LoCoMo dev: on a quiet machine
-the goal is further off than any run above shows."""
+shorter GIL switch interval in the daemon (0.5 ms against 5, set by a `sitecustomize` in one of two
+otherwise equal daemons, load 1.5-2.4, `daemon_latency_switch_interval.json`) bought nothing: p50
+0.96 [0.91, 1.01] of the default's on Cranfield, 1.03 [1.00, 1.06] on LoCoMo dev. At that load the
+ratios to the peer were 0.64-0.67 on Cranfield and 0.70-0.72 on LoCoMo dev, before the Run writer's
+changes (runs 6-8: recording had cost 1.27x of a call); this run, as quiet, has 0.50 and 0.52. What
+is left over the goal is mostly the shortest queries (1-5 words: 0.56 on LoCoMo dev, 0.59 on SciFact
+train), where the peer's embedding of a few words is cheap and memory-core's fixed costs are not."""
 
 
 def _closing(result: Mapping[str, Any]) -> str:
