@@ -134,12 +134,12 @@ class RunWriter:
     def settle(self) -> None:
         """Wait for every queued write, hurried (no grace); forget the inserts that succeeded
         (``wait`` needs none)."""
-        self._hurry()
         with self._lock:
             pending = list(self._pending.items())
             behind = list(self._behind)
         if not pending and not behind:
             return
+        self._hurry()  # after the snapshot: a write queued just before it waits no grace either
         concurrent.futures.wait([f for _, f in pending] + behind)
         with self._lock:
             for run_id, future in pending:
