@@ -708,6 +708,8 @@ BEFORE_AFTER_RUNS = (
     ("7", "before_after_rows_behind"),
     ("8", "before_after_writer_final"),
     ("8 isolated", "before_after_writer_final_pause40"),
+    ("9", "before_after_c1"),
+    ("9 isolated", "before_after_c1_pause40"),
 )
 
 
@@ -742,6 +744,27 @@ insert and reader ends (same order, same grace). Runs 8 and 8 isolated measure i
 writer before ec97a70, on a quiet machine (load under 1): back to back 0.87x [0.85, 0.91] on
 Cranfield and 0.89x [0.87, 0.90] on LoCoMo dev, isolated calls 0.89x [0.87, 0.92] and 0.90x
 [0.89, 0.91]; to the peer's p50, back to back, 0.50 on Cranfield and 0.55 on LoCoMo dev."""
+
+
+SECOND_COMPILER = """**The JVM's second compiler** (runs 9 and 9 isolated). Per-thread CPU of a daemon on LoCoMo dev
+(`/proc/<pid>/task`, 120 calls at a time after its 400 warm-up searches) showed the JVM's C2
+compiler thread busy through the first 700 calls: 0.5 s of CPU over the first 120 calls, still
+0.1 s over calls 600-720, one to four milliseconds of a core per call on a machine of two,
+where the query embedding runs beside BM25. In a plain search loop over the same index (no
+embedding) C2 was still compiling after 1,800 searches (0.3-0.5 ms of compiler CPU per search)
+to make a 0.3 ms search about 10 % faster (0.27-0.30 against 0.29-0.34 ms p50); with C1 alone
+(`-XX:TieredStopAtLevel=1`) the compiler was done after 200 searches and the first 400 were
+faster (0.74-0.81 against 0.90-1.01 ms p50). On a 55,200-unit index (LoCoMo dev's units twenty
+times) C2's code is faster once compiled, 0.69-0.78 against 0.93-1.17 ms a search, still behind
+the query embedding, while its compiler spent about 1 ms of CPU per search after 1,600
+searches; building that index took the same time either way (1.2-1.6 s). So the daemon's JVM
+(every process's, in fact) compiles with C1 only (`adapters/search/jvm.py`). Through the daemon,
+measured while another engineer's experiment kept one core busy (load 1.4-2.7, which is why
+every ratio to the peer is higher than in the quiet runs): back to back 0.95x [0.93, 0.97] of
+before on LoCoMo dev (p95 0.87x [0.80, 0.92]), 1.00x [0.97, 1.03] on Cranfield (not
+significant); isolated calls on LoCoMo dev 0.97x [0.96, 0.99] (p95 0.86x [0.82, 0.91]). With two
+daemons taking turns, the C2 compiler of the one before also takes CPU from the one after, so
+these understate what one daemon alone gains."""
 
 
 def pause_ms() -> int:
@@ -787,7 +810,7 @@ def _before_after_lines() -> list[str]:
                 f"| {bm25['now']['bm25']:.2f} / {bm25['before']['bm25']:.2f} "
                 f"| {'–'.join(f'{x:.1f}' for x in c['loadavg_1m'])} |"
             )
-    lines += ["", BEFORE_AFTER, "", RECORDING]
+    lines += ["", BEFORE_AFTER, "", RECORDING, "", SECOND_COMPILER]
     return lines
 
 

@@ -45,6 +45,11 @@ _JVM_OPTIONS = (
     "-XX:-UsePerfData",
     # Two cores: a parallel collector's threads would compete with the query threads.
     "-XX:+UseSerialGC",
+    # C1 only (no C2): on two cores C2 kept compiling Lucene's search path for thousands of
+    # searches, milliseconds of a core per activation taken from the query embedding beside it,
+    # for searches 10 % faster on the dev collections (1.4x on 55,000 units, still within the
+    # embedding's time): docs/performance.md, "The JVM's second compiler".
+    "-XX:TieredStopAtLevel=1",
     # Leave SIGTERM/SIGINT to Python: the JVM's own handlers would exit at once, skipping the
     # daemon's clean shutdown and leaving Runs `running`.
     "-Xrs",

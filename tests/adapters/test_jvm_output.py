@@ -69,3 +69,24 @@ def test_every_line_the_jvm_prints_is_a_json_record_on_stderr(tmp_path: Path) ->
     assert "\n\tat io.anserini.Probe.run(Probe.java:7)" in trace[0]["message"]
     assert "\nCaused by: java.io.IOException: No space left on device" in trace[0]["message"]
     assert not any(r["message"].startswith(("\tat ", "Caused by")) for r in jvm)
+
+
+OPTIONS_CHILD = """
+from memory_core.adapters.search import jvm
+j = jvm.ensure_jvm()
+factory = j.autoclass("java.lang.management.ManagementFactory")
+bean = j.cast("com.sun.management.HotSpotDiagnosticMXBean",
+              factory.getPlatformMXBean(j.autoclass("com.sun.management.HotSpotDiagnosticMXBean")))
+for name in ("TieredStopAtLevel", "UseSerialGC"):
+    print(name, bean.getVMOption(name).getValue())
+"""
+
+
+@pytest.mark.slow
+def test_the_jvm_compiles_with_c1_only_and_collects_serially() -> None:
+    # C2 compiled Lucene's search path for thousands of searches, taking the query embedding's core
+    # (docs/performance.md, "The JVM's second compiler"); a parallel collector would do the same.
+    done = subprocess.run([sys.executable, "-c", OPTIONS_CHILD], cwd=ROOT, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    values = dict(line.split(" ", 1) for line in done.stdout.decode().splitlines() if line.strip())
+    assert values == {"TieredStopAtLevel": "1", "UseSerialGC": "true"}
