@@ -93,7 +93,7 @@ def _rerank_ms(engine: Any, name: str, digest: str) -> dict[str, float]:
     cases = service.list_cases(name)
     times = []
     for case, trace in zip(cases, service.case_inputs(cases), strict=True):
-        window: list[FeatureInput] = list(learning_case(trace, case.query).window)
+        window: list[FeatureInput] = list(learning_case(trace, case.query, service.blobs.get).window)
         t0 = time.perf_counter()
         reranker.rerank(case.query, window)
         times.append((time.perf_counter() - t0) * 1000)
@@ -152,7 +152,7 @@ def nested(engine: Any, name: str) -> dict[str, Any]:
     current = engine.ranking_for(name).reranker
     cases = []
     for case, trace in zip(listed, inputs, strict=True):
-        lc = learning_case(trace, case.query)
+        lc = learning_case(trace, case.query, service.blobs.get)
         if name == "locomo-dev":
             lc = attrs.evolve(lc, group=conversation(lc))
         if lc.window and grade([], lc.judgments, _level()).relevant > 0:

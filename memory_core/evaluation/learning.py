@@ -3,7 +3,8 @@ envelope, the reranker that applies it, and the guard that decides whether to pr
 
 Every candidate of a case's frozen trace records its stage ranks and scores (``CandidateRecord``),
 so the features of the rerank window are computed from the trace without running retrieval
-again, and at activation from the live candidates with the same function (``window_features``):
+again (the units' texts cut from the case's frozen corpus), and at activation from the live
+candidates with the same function (``window_features``):
 what a model was trained on is what it is applied to. ``FEATURE_REVISION`` names that function;
 a model trained under another revision is refused (``LearnedModelRefused``), never applied to
 features it did not learn.
@@ -30,7 +31,6 @@ import hashlib
 import json
 import math
 import random
-import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -42,8 +42,10 @@ from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import LearnedModelRefused
 from memory_core.domain.progress import Progress, no_progress
 from memory_core.evaluation.metrics import Judgments, MetricLevel, RankedItem, grade, mrr, ndcg_at, recall_at
+from memory_core.evaluation.passages import ReadBody, candidate_passages
 from memory_core.evaluation.report import MIN_CASES_FOR_INTERVAL, CaseInput
 from memory_core.evaluation.statistics import DEFAULT_BOOTSTRAP_RESAMPLES
+from memory_core.evaluation.text_features import TEXT_FEATURES, query_terms, text_rows
 from memory_core.evaluation.tuning import DEFAULT_FOLDS, FOLD_SEED, PairedGain, TuneMetrics, check_folds
 from memory_core.retrieval.pipeline import Candidate, RerankInput
 from memory_core.runs.records import CandidateRecord
@@ -52,7 +54,8 @@ from memory_core.runs.records import CandidateRecord
 # refuses to load rather than rank with columns it never saw.
 # v2: the exact columns come from exact-identity-v3 (a title or heading identifier several
 # resources share matches none of them), so a model trained on v2's exact matches is not reused.
-FEATURE_REVISION = "ltr-features-v2"
+# v3: three text columns (``text_features``) appended; a v2 model has fewer columns.
+FEATURE_REVISION = "ltr-features-v3"
 MODEL_FORMAT = "memory-core-learned-ranker"
 # Bounds on one training (the adapter bounds rounds and leaves): rows are (case, window unit)
 # pairs; 200,000 rows of ~30 features are ~50 MB as floats and a few seconds of one core.
@@ -93,9 +96,8 @@ FEATURE_NAMES = (
     "query_terms",
     "window_size",
     "fusion_prior",  # the shipped convex fusion's score: where a model can start from
+    *TEXT_FEATURES,  # the query's stems in the unit's own text (text_features.py); last, after v2's
 )
-_TERM = re.compile(r"\w+")
-MIN_TERM_CHARS = 3  # shorter tokens ("of", "a", "is") match everywhere and say nothing
 # ``fusion_prior``: alpha * BM25 / the window's best + (1 - alpha) * the cosine clipped at 0, + 1
 # for an exact match: the default fusion (``ConvexFusionReranker()``) with its weights frozen here,
 # so a feature never changes with a project's profile or a new default.
@@ -104,9 +106,9 @@ PRIOR_ALPHA = 0.35
 
 @attrs.frozen
 class FeatureInput:
-    """What the features read of one candidate: a trace's ``CandidateRecord`` or a live
-    ``Candidate`` reduced to the same fields (also a ``RerankInput``, so any text-free reranker,
-    the default fusion one among them, can score it)."""
+    """What the features read of one candidate: a trace's ``CandidateRecord`` with its text cut
+    from the case's frozen corpus, or a live ``Candidate`` reduced to the same fields (also a
+    ``RerankInput``, so any text-free reranker, the default fusion one among them, can score it)."""
 
     unit_id: str
     resource_id: str
@@ -122,12 +124,17 @@ class FeatureInput:
     dense_similarity: float | None
     rrf_score: float
     resource_hash: str = ""
-    text: str = ""  # RerankInput; no feature reads the text
+    # The unit's own text (``Unit.text``, what its span and hash cover; not a Candidate's
+    # ``search_text``, which a trace cannot give back). "" when it is not known: a trace's unit
+    # whose frozen text cannot be shown (no span, not in the corpus, changed); a unit is never
+    # empty, so its text features are then MISSING, not the values of a text without a match.
+    text: str = ""
 
     @classmethod
-    def of_record(cls, c: CandidateRecord) -> FeatureInput:
+    def of_record(cls, c: CandidateRecord, text: str) -> FeatureInput:
+        """``text``: the unit's text as the case's frozen corpus holds it, or "" (not known)."""
         return cls(c.unit_id, c.resource_id, tuple(c.heading_path), c.token_count, c.start,
-                   resource_hash=c.resource_hash, **stages_of(c))  # fmt: skip
+                   resource_hash=c.resource_hash, text=text, **stages_of(c))  # fmt: skip
 
     @classmethod
     def of(cls, c: RerankInput) -> FeatureInput:
@@ -138,7 +145,7 @@ class FeatureInput:
             raise TypeError(f"a learned ranker reads pipeline candidates, got {type(c).__name__}")
         u = c.unit
         return cls(u.unit_id, u.resource_id, u.heading_path, u.token_count, u.start, resource_hash=u.resource_hash,
-                   **stages_of(c))  # fmt: skip
+                   text=u.text, **stages_of(c))  # fmt: skip
 
 
 # The stage ranks and scores a FeatureInput keeps, named alike on a pipeline ``Candidate`` and a
@@ -150,10 +157,6 @@ STAGES = ("exact_rank", "exact_score", "bm25_rank", "bm25_score", "lexical_rank"
 def stages_of(c: object) -> dict[str, Any]:
     """``STAGES`` of a candidate, a record or a FeatureInput, by name."""
     return {name: getattr(c, name) for name in STAGES}
-
-
-def query_terms(text: str) -> frozenset[str]:
-    return frozenset(t for t in _TERM.findall(text.lower()) if len(t) >= MIN_TERM_CHARS)
 
 
 def _share(terms: frozenset[str], text: str) -> float:
@@ -172,8 +175,8 @@ def _num(value: float | int | None) -> float:
 def window_features(query: str, window: Sequence[FeatureInput]) -> list[list[float]]:
     """One row of ``FEATURE_NAMES`` per unit of the window (in the window's fused order).
 
-    Every value is finite or ``MISSING`` (NaN); the rows depend only on the query and the window,
-    so the trace's window and the live one give the same rows."""
+    Every value is finite or ``MISSING`` (NaN); the rows depend only on the query and the window
+    (its units' texts among it), so the trace's window and the live one give the same rows."""
     terms = query_terms(query)
     bm25 = [c.bm25_score for c in window if c.bm25_score is not None]
     best_bm25 = max(bm25, default=0.0)
@@ -199,8 +202,11 @@ def window_features(query: str, window: Sequence[FeatureInput]) -> list[list[flo
             math.fsum(dense) / len(dense) if dense else MISSING,
             math.fsum(u.rrf_score for u in units),
         )
+    # A unit whose text is not known gets MISSING text columns: NaN, never the values of a text
+    # without a match, which would tell the model something false about it.
+    texts = [row or (MISSING,) * len(TEXT_FEATURES) for row in text_rows(query, [c.text for c in window])]
     rows: list[list[float]] = []
-    for position, c in enumerate(window, start=1):
+    for position, c, text in zip(range(1, len(window) + 1), window, texts, strict=True):
         count, res_bm25, res_dense, res_mean, res_rrf = aggregates[c.resource_id]
         own_bm25 = relative(c.bm25_score)
         rows.append([
@@ -233,6 +239,7 @@ def window_features(query: str, window: Sequence[FeatureInput]) -> list[list[flo
             float(len(window)),
             PRIOR_ALPHA * own_bm25 + (1 - PRIOR_ALPHA) * max(0.0, c.dense_similarity or 0.0)
             + (1.0 if c.exact_rank is not None else 0.0),
+            *text,
         ])  # fmt: skip
     return rows
 
@@ -393,11 +400,16 @@ class LearningCase:
     judgments: Judgments
 
 
-def learning_case(case: CaseInput, query: str, group: str | None = None) -> LearningCase:
-    """From a case's frozen trace: the recorded window is the units the Run reranked."""
+def learning_case(case: CaseInput, query: str, read_body: ReadBody, group: str | None = None) -> LearningCase:
+    """From a case's frozen trace: the recorded window is the units the Run reranked, each with
+    its text as the case's frozen corpus holds it (``candidate_passages``: cut by its span and
+    checked against its unit hash; "" when it cannot be shown). ``read_body``: a frozen body by
+    its resource hash (the blob store's ``get``)."""
     fused = sorted(case.candidates, key=lambda c: (c.rrf_rank, c.unit_id))
-    window = tuple(FeatureInput.of_record(c) for c in fused if c.rerank_rank is not None)
-    tail = tuple(FeatureInput.of_record(c) for c in fused if c.rerank_rank is None)
+    reranked = [c for c in fused if c.rerank_rank is not None]
+    passages = candidate_passages(reranked, case.corpus_hashes, read_body)
+    window = tuple(FeatureInput.of_record(c, p.text or "") for c, p in zip(reranked, passages, strict=True))
+    tail = tuple(FeatureInput.of_record(c, "") for c in fused if c.rerank_rank is None)  # never featured
     return LearningCase(case.case_id, group if group is not None else case.case_id, query, window, tail,
                         case.judgments)  # fmt: skip
 

@@ -3,8 +3,8 @@
 As ``eval tune``: only reviewed cases take part unless ``include_unreviewed``; the result is
 kept whole with the model trained on all cases (content-addressed by its SHA-256), and
 ``project profile set --from-learn`` puts the model in use only when the guard proposed it.
-Learning reads the cases' frozen traces and judgments and writes neither: a project's judgments
-are never changed by learning.
+Learning reads the cases' frozen traces, corpora (the window units' texts) and judgments and
+writes none of them: a project's judgments are never changed by learning.
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ def learn_project(
     usable = evaluation.cases_to_learn_from(project_id, include_unreviewed=include_unreviewed, verb="learn",
                                             use="to learn from")  # fmt: skip
     inputs = evaluation.case_inputs(usable, progress=progress)
-    learning = [learning_case(i, c.query) for c, i in zip(usable, inputs, strict=True)]
+    # Each window unit's text cut from the case's frozen corpus (the text columns read it).
+    learning = [learning_case(i, c.query, evaluation.blobs.get) for c, i in zip(usable, inputs, strict=True)]
     if group_of is not None:
         learning = [attrs.evolve(c, group=group_of(c)) for c in learning]
 

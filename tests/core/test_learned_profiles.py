@@ -6,6 +6,8 @@ under a revision that says so."""
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -13,7 +15,18 @@ import pytest
 
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import LearnedModelRefused, LearningNotFound
-from memory_core.evaluation.learning import FEATURE_REVISION, KEEP_CURRENT_LABEL, LearnedModel, LearnerSetting
+from memory_core.evaluation.learning import (
+    FEATURE_NAMES,
+    FEATURE_REVISION,
+    KEEP_CURRENT_LABEL,
+    LearnedModel,
+    LearnerSetting,
+    LearningCase,
+    window_features,
+)
+from memory_core.evaluation.text_features import TEXT_FEATURES
+from memory_core.services.beir_import import import_beir
+from tests.core.test_evaluation import memory_workspace, write_beir
 from tests.core.test_project_profiles import (
     QUERIES,
     deploy_workspace,
@@ -169,3 +182,31 @@ def test_a_learning_over_the_work_bound_is_refused_through_the_engine_and_keeps_
     result = engine.learn_project("demo", include_unreviewed=True, folds=2, settings=SHIPPED)
     assert caught.value.details["rows"] == result.training_rows > 0
     assert caught.value.details["work"] > caught.value.details["limit"] == 1
+
+
+def test_learning_reads_each_window_units_text_from_its_cases_frozen_corpus(tmp_path: Path) -> None:
+    engine = engine_with_other()
+    service = engine.evaluations()
+    import_beir(service, memory_workspace(engine), write_beir(tmp_path / "beir"), "tiny", reviewed=True)
+    before = [(c, service.judgments(c.case_id)) for c in service.list_cases("tiny")]
+    learned_from: list[LearningCase] = []
+
+    def group_of(case: LearningCase) -> str:  # sees every case learn_project built
+        learned_from.append(case)
+        return case.case_id
+
+    result = engine.learn_project("tiny", folds=2, settings=SHIPPED, group_of=group_of)
+    assert result.feature_revision == FEATURE_REVISION == "ltr-features-v3" and len(learned_from) == len(before)
+    text_columns = [FEATURE_NAMES.index(n) for n in TEXT_FEATURES]
+    for case in learned_from:
+        corpus = service.get_corpus(service.get_case(case.case_id).corpus_id)
+        bodies = {e.resource_id: service.blobs.get(e.resource_hash).decode() for e in corpus.resources}
+        spans = {c.unit_id: (c.start, c.end) for c in service.get_trace(case.case_id).candidates}
+        assert case.window
+        for unit in case.window:  # each unit's text is its span of the frozen body
+            start, end = spans[unit.unit_id]
+            assert unit.text and unit.text == bodies[unit.resource_id][start:end]
+        rows = window_features(case.query, case.window)
+        assert not any(math.isnan(row[i]) for row in rows for i in text_columns)
+        assert any(row[FEATURE_NAMES.index("text_first_match")] < 1.0 for row in rows)  # the query's words are read
+    assert [(c, service.judgments(c.case_id)) for c in service.list_cases("tiny")] == before

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memory_core.domain.evaluation_errors import LearnedModelRefused
-from memory_core.domain.model import Unit
+from memory_core.domain.model import Unit, unit_hash_of
 from memory_core.evaluation.learning import (
     FEATURE_NAMES,
     FEATURE_REVISION,
@@ -38,12 +38,20 @@ from memory_core.evaluation.learning import (
     training_work,
     window_features,
 )
+from memory_core.evaluation.learning import learning_case as learning_case_of
 from memory_core.evaluation.metrics import Judgments, MetricLevel
+from memory_core.evaluation.report import CaseInput
+from memory_core.evaluation.text_features import STOPWORDS, TEXT_FEATURES, query_stems, text_rows
 from memory_core.retrieval.pipeline import Candidate
+from memory_core.runs.records import CandidateRecord
 
 maybe_rank = st.none() | st.integers(1, 1000)
 maybe_score = st.none() | st.floats(-50, 50, allow_nan=False)
 words = st.sampled_from(["wing", "lift", "drag", "flow", "heat", "the", "of", "Boundary", "layer", "X"])
+# A unit's text ("": not known), with words that match the queries' stems and words that do not.
+text_words = ["wing", "wings", "Lifting", "lift.", "drag", "boundaries", "the", "of", "layer", "x", "\n", "stall"]
+texts = st.just("") | st.lists(st.sampled_from(text_words), min_size=1, max_size=30).map(" ".join)
+TEXT_COLUMNS = [FEATURE_NAMES.index(n) for n in TEXT_FEATURES]
 
 
 @st.composite
@@ -64,6 +72,7 @@ def feature_inputs(draw: st.DrawFn, resource: str | None = None) -> FeatureInput
         dense_rank=draw(maybe_rank),
         dense_similarity=draw(st.none() | st.floats(-1, 1, allow_nan=False)),
         rrf_score=draw(st.floats(0, 1, allow_nan=False)),
+        text=draw(texts),
     )
 
 
@@ -87,6 +96,11 @@ def test_every_unit_gets_one_row_of_every_feature_each_finite_or_missing(
         assert math.isnan(row[names["dense_similarity"]]) == (c.dense_similarity is None)
         assert 0.0 <= row[names["heading_match"]] <= 1.0 and 0.0 <= row[names["title_match"]] <= 1.0
         assert row[names["resource_units"]] == sum(u.resource_id == c.resource_id for u in window)
+        # A unit whose text is not known has every text column missing, and only such a unit.
+        assert [math.isnan(row[i]) for i in TEXT_COLUMNS] == [c.text == ""] * len(TEXT_COLUMNS)
+        if c.text:
+            assert row[names["text_bm25_window"]] >= 0.0 and row[names["text_match_density"]] >= 0.0
+            assert 0.0 <= row[names["text_first_match"]] <= 1.0
 
 
 @given(queries, windows)
@@ -104,6 +118,80 @@ def test_a_trace_record_and_a_live_candidate_give_the_same_rows(window: list[Fea
     live = [_candidate(c) for c in window]
     assert [FeatureInput.of(c) for c in live] == window
     assert _same(window_features(query, [FeatureInput.of(c) for c in live]), window_features(query, window))
+
+
+# -- the text columns (ltr-features-v3), by hand -------------------------------------------------
+def test_the_text_columns_of_a_small_window_by_hand() -> None:
+    # Stems of "Wings lifting the cat?": "wings" and "lifti" (cut to five characters: any word
+    # starting so matches), "cat" (three characters: only "cat" matches), "the" a stopword.
+    assert query_stems("Wings lifting the cat?") == ("wings", "lifti", "cat")
+    window = [
+        "Lifting wings lift a cat",  # lifting@0, wings@8, cat@21 ("lift" is not "lifti"); 24 chars, 5 words
+        "The catalog of wingspans",  # wingspans@15 ("catalog" is not "cat"); 24 chars, 4 words
+        "No match here.\nAt all",  # no match; 21 chars
+        "",  # a text not known: missing, and no part of the window's IDF or average length
+    ]
+    # n = 3 known units, average length 23; df: wings 2, lifti 1, cat 1, so idf(wings) = ln(4 / 2.5)
+    # and idf(lifti) = idf(cat) = ln(4 / 1.5); a 24-char unit's norm = 1.2 * (0.25 + 0.75 * 24 / 23).
+    # BM25 of one match of each: (ln 1.6 + 2 ln(8/3)) * 2.2 / (1 + norm) = 2.38917; of wings alone 0.46179.
+    first, second, none, unknown = text_rows("Wings lifting the cat?", window)
+    assert first == pytest.approx((2.389167, 3 / 5, 0.0), abs=1e-6)
+    assert second == pytest.approx((0.461790, 1 / 4, 15 / 24), abs=1e-6)
+    assert none == (0.0, 0.0, 1.0) and unknown is None
+    # Through window_features: the last three columns, NaN for the unit whose text is not known.
+    inputs = [attrs.evolve(_case(1, 100).window[i], text=t) for i, t in enumerate(window)]
+    rows = window_features("Wings lifting the cat?", inputs)
+    assert FEATURE_NAMES[-3:] == TEXT_FEATURES and FEATURE_NAMES.index("fusion_prior") == len(FEATURE_NAMES) - 4
+    assert rows[0][-3:] == pytest.approx(list(first), abs=1e-12) and rows[2][-3:] == [0.0, 0.0, 1.0]
+    assert all(math.isnan(v) for v in rows[3][-3:])
+
+
+def test_a_short_stem_matches_only_its_own_word_and_a_stopword_query_matches_nothing() -> None:
+    # "data" and "cat" are kept whole: "database" and "cats" are other words; "datab" (from
+    # "databases") matches "database" but not "data".
+    assert text_rows("data", ["database data Data.", "databases"]) == [
+        (pytest.approx(math.log(3 / 1.5) * 2.2 * 2 / (2 + 1.2 * (0.25 + 0.75 * 19 / 14))), 2 / 3, 9 / 19),
+        (0.0, 0.0, 1.0),
+    ]
+    assert text_rows("databases", ["database data", "cats"])[0] == pytest.approx(
+        (math.log(3 / 1.5) * 2.2 / (1 + 1.2 * (0.25 + 0.75 * 13 / 8.5)), 1 / 2, 0.0))  # fmt: skip
+    # Only stopwords (and words under three characters): no stem, every known text unmatched.
+    assert {"what", "which", "there", "about"} <= STOPWORDS and query_stems("What is there about it, of which?") == ()
+    assert text_rows("What is there about it, of which?", ["what there is", "", "x"]) == [
+        (0.0, 0.0, 1.0), None, (0.0, 0.0, 1.0)]  # fmt: skip
+    assert text_rows("wing", []) == [] and text_rows("wing", ["", ""]) == [None, None]
+
+
+def test_a_cases_window_carries_its_frozen_texts_giving_the_live_rows_and_an_unshowable_text_is_missing() -> None:
+    bodies = {"h-a": "# Wings\n\nLifting wings lift a cat.\n\nDrag and flow.", "h-b": "The catalog of wingspans.",
+              "h-c": "Stall of a wing."}  # fmt: skip
+    spans = [("a.md", "h-a", 0, 34), ("b.md", "h-b", 0, 25), ("a.md", "h-a", 36, 50), ("c.md", "h-c", 0, 16)]
+    live = []
+    for i, (resource, digest, start, end) in enumerate(spans):
+        text = bodies[digest][start:end]
+        unit = Unit(f"{resource}#{i}", resource, i, start, end, ("Wings",) if resource == "a.md" else (), text,
+                    len(text.split()), unit_hash_of(text, start, end), digest)  # fmt: skip
+        live.append(Candidate(unit, bm25_score=10.0 - i, bm25_rank=i + 1, dense_similarity=0.5, rrf_rank=i + 1,
+                              rrf_score=1 / (61 + i), rerank_rank=i + 1 if i < 3 else None))  # fmt: skip
+    corpus = {"a.md": "h-a", "b.md": "h-b", "c.md": "h-c"}
+    trace = CaseInput("case", tuple(CandidateRecord.from_candidate(c) for c in live), {}, False,
+                      Judgments.of(resources={"a.md": 2}), corpus)  # fmt: skip
+    case = learning_case_of(trace, "wing lift", lambda digest: bodies[digest].encode())
+    window = [FeatureInput.of(c) for c in live[:3]]
+    assert case.window == tuple(window) and [c.text for c in case.window][:2] == [
+        "# Wings\n\nLifting wings lift a cat.", "The catalog of wingspans."]  # fmt: skip
+    assert [c.text for c in case.tail] == [""]  # never featured
+    assert _same(window_features("wing lift", case.window), window_features("wing lift", window))
+    # b.md deleted before the Run (not in the corpus), a.md's frozen body holding other text: their
+    # units' text columns are missing, the rest of their rows as before.
+    changed = {**bodies, "h-a": bodies["h-a"].replace("Lifting", "Floating")}
+    trace = attrs.evolve(trace, corpus_hashes={"a.md": "h-a", "c.md": "h-c"})
+    case = learning_case_of(trace, "wing lift", lambda digest: changed[digest].encode())
+    assert [c.text for c in case.window] == ["", "", ""]
+    for trace_row, live_row in zip(window_features("wing lift", case.window), window_features("wing lift", window),
+                                   strict=True):  # fmt: skip
+        assert all(math.isnan(trace_row[i]) for i in TEXT_COLUMNS)
+        assert _same([trace_row[: TEXT_COLUMNS[0]]], [live_row[: TEXT_COLUMNS[0]]])
 
 
 @given(windows, st.randoms(use_true_random=False))
@@ -157,6 +245,10 @@ def test_a_model_round_trips_and_a_corrupt_or_foreign_one_is_refused_with_its_re
     with pytest.raises(LearnedModelRefused, match="trained on features 'ltr-features-v0'") as caught:
         read_model(foreign.to_bytes(), foreign.digest)
     assert caught.value.details["reason"] == "feature_revision"
+    # A model of the columns before the text ones (ltr-features-v2) is one of another revision now.
+    before_text = attrs.evolve(model, feature_revision="ltr-features-v2", feature_names=FEATURE_NAMES[:-3])
+    with pytest.raises(LearnedModelRefused, match="trained on features 'ltr-features-v2'"):
+        read_model(before_text.to_bytes(), before_text.digest)
     renamed = json.loads(data)
     renamed["feature_names"] = list(reversed(renamed["feature_names"]))
     with pytest.raises(LearnedModelRefused):
@@ -339,7 +431,7 @@ def _candidate(c: FeatureInput) -> Candidate:
         start=start,
         end=start + 1,
         heading_path=c.heading_path,
-        text="t",
+        text=c.text,
         token_count=c.token_count,
         unit_hash="h",
         resource_hash=c.resource_hash,
