@@ -10,7 +10,8 @@ unit text once. The window IDF of a stem is ``ln((n + 1) / (df + 0.5))``, ``df``
 units holding it, ``n`` the window's units with a known text.
 
 Measured before it shipped (docs/ranking.md, "The learned ranker on Cranfield and CISI"): these
-three, of eleven text features tried, carried the gain; the other eight added none at 2-3x the cost.
+three, of eleven text features tried, carried the gain; the other eight gave none beyond theirs,
+at 2-3x their cost.
 """
 
 from __future__ import annotations
