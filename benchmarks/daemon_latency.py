@@ -506,9 +506,17 @@ def run(quick: bool) -> dict[str, Any]:
 # -- the report -------------------------------------------------------------------------------
 # Measured outside ``run`` (earlier full runs, kept under their own names): how much the ratios
 # move between runs. Fixed text; the rest of the closing prose is computed from the result.
-BETWEEN_RUNS = """The ratios move with the load and, on CISI's 75 queries, from run to run. This run (2f89055,
-after the Run writer's changes of runs 6-8) had a quiet machine, load 1.5-2.1. The full run before
-it (before those changes, load 4.4-15.3 from other engineers' jobs,
+BETWEEN_RUNS = """The ratios move with the load, with the machine a run lands on and, on CISI's 75 queries, from
+run to run. This run (8a90329, after the JVM's C1 change of run 9) had a quiet machine, load
+0.6-1.9, freshly started. The full run before it (dc15343, after the Run writer's changes of runs
+6-8, before the C1 change, another machine, load 1.5-2.1, `daemon_latency_dc15343.json`) gave p50
+ratios of 0.50 [0.48, 0.52] on Cranfield, 0.49 [0.42, 0.63] on CISI, 0.52 [0.51, 0.53] on LoCoMo
+dev and 0.44 [0.44, 0.45] on SciFact train. Between the two, memory-core's own p50 fell on every
+collection (Cranfield 9.4 to 8.3 ms, CISI 14.8 to 10.5, LoCoMo dev 8.7 to 7.9, SciFact train 11.5
+to 9.0) but the peer's fell more on the short-query collections (Cranfield 18.7 to 15.1, LoCoMo
+dev 16.6 to 12.4, SciFact train 26.1 to 19.7): on this machine its torch fp32 query embedding is
+relatively cheaper, so the same code's ratio is higher (LoCoMo dev 0.64 against 0.52). The full run
+before that (before the Run writer's changes, load 4.4-15.3 from other engineers' jobs,
 `benchmarks/results/daemon_latency_loaded.json`) gave p50 ratios of 0.43 [0.40, 0.47] on
 Cranfield, 0.51 [0.44, 0.68] on CISI, 0.60 [0.59, 0.62] on LoCoMo dev and 0.41 [0.39, 0.43] on
 SciFact train, where the busy cores stretched the peer's fp32 query embedding most; on a quieter
@@ -564,11 +572,11 @@ class (kivy/pyjnius#287), and since 597fd8f two searchers opened at once (two pr
 activations, or the warm-up beside the watcher) could fail with Java errors or crash the JVM
 (`tests/adapters/test_lucene_threads.py`: 2 of 3 runs crashed without the lock, none with it)."""
 
-REMAINS = """What remains, short queries first (the stage table): the query embedding (one int8 ONNX run,
-compute-bound: about 2.6 ms + 0.11 ms per token of CPU; a faster one changes the vectors, which is
-the model's business, issue 33, and the critical path beside which BM25 runs), the JVM's compilers
-(above: CPU on the other core for thousands of searches after a start, and slow searches until then:
-a daemon could warm its JVM with searches of its own while idle after a start), the exact dense
+REMAINS = """What remains, short queries first (the stage table): the query embedding (one int8 ONNX run:
+0.5-1.0 ms of CPU for 3-14 tokens with its weights in the cache, 2.3-3.0 ms p50 in the daemon,
+below; a faster one changes the vectors, which is the model's business, issue 33, and the critical
+path beside which BM25 runs), the JVM's first searches (C1 only since run 9: its compiler is done
+after a few hundred searches, which the daemon's warm-up runs before the first query), the exact dense
 product (memory-bound at SciFact's size), fusion's ~180 candidates in Python
 (`retrieval/pipeline.fuse`, 0.21 ms of CPU unloaded on Cranfield), and outside the engine (2-3 ms on
 a quiet machine, where the peer has none) the hand-offs between threads, h11's pure-Python HTTP
@@ -582,9 +590,17 @@ shorter GIL switch interval in the daemon (0.5 ms against 5, set by a `sitecusto
 otherwise equal daemons, load 1.5-2.4, `daemon_latency_switch_interval.json`) bought nothing: p50
 0.96 [0.91, 1.01] of the default's on Cranfield, 1.03 [1.00, 1.06] on LoCoMo dev. At that load the
 ratios to the peer were 0.64-0.67 on Cranfield and 0.70-0.72 on LoCoMo dev, before the Run writer's
-changes (runs 6-8: recording had cost 1.27x of a call); this run, as quiet, has 0.50 and 0.52. What
-is left over the goal is mostly the shortest queries (1-5 words: 0.56 on LoCoMo dev, 0.59 on SciFact
-train), where the peer's embedding of a few words is cheap and memory-core's fixed costs are not."""
+changes (runs 6-8: recording had cost 1.27x of a call); the quiet run after them (dc15343) had 0.50
+and 0.52, and this one, on a machine where the peer is faster, 0.55 and 0.64. The goal is met on
+CISI and SciFact train and missed on Cranfield and LoCoMo dev, most on the shortest queries (1-5
+words: 0.74 on LoCoMo dev, 0.66 on SciFact train), where the peer's embedding of a few words is
+cheap and memory-core's fixed costs are not: in this run the query embedding alone is 2.3-3.0 ms
+p50 inside the daemon (its weights are read from memory again each call, other work having pushed
+them out of the cache: the same ONNX run takes 0.9 ms of CPU in a loop and 1.5 ms with the cache
+emptied between runs) and the daemon's path outside the engine about 2.1 ms. Starting the
+embedding before the Run's start and the generation's load (tried in two A/B runs, at the start of
+`activate` and after its validation) saved about 0.3 ms in the engine and nothing measurable per
+call: 0.98 [0.96, 1.01] of before on Cranfield, 0.99 [0.98, 1.01] on LoCoMo dev; not kept."""
 
 
 def _closing(result: Mapping[str, Any]) -> str:
