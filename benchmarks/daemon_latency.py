@@ -599,8 +599,9 @@ p50 inside the daemon (its weights are read from memory again each call, other w
 them out of the cache: the same ONNX run takes 0.9 ms of CPU in a loop and 1.5 ms with the cache
 emptied between runs) and the daemon's path outside the engine about 2.1 ms. Starting the
 embedding before the Run's start and the generation's load (tried in two A/B runs, at the start of
-`activate` and after its validation) saved about 0.3 ms in the engine and nothing measurable per
-call: 0.98 [0.96, 1.01] of before on Cranfield, 0.99 [0.98, 1.01] on LoCoMo dev; not kept."""
+`activate`, where it slowed the validation beside it, and after its validation, run 10) saved about
+0.3 ms in the engine and nothing measurable per call: 0.98 [0.96, 1.01] of before on Cranfield,
+0.99 [0.98, 1.01] on LoCoMo dev; not kept."""
 
 
 def _closing(result: Mapping[str, Any]) -> str:
@@ -726,6 +727,7 @@ BEFORE_AFTER_RUNS = (
     ("8 isolated", "before_after_writer_final_pause40"),
     ("9", "before_after_c1"),
     ("9 isolated", "before_after_c1_pause40"),
+    ("10", "before_after_early_embedding"),
 )
 
 
