@@ -42,7 +42,7 @@ from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import LearnedModelRefused
 from memory_core.domain.progress import Progress, no_progress
 from memory_core.evaluation.metrics import Judgments, MetricLevel, RankedItem, grade, mrr, ndcg_at, recall_at
-from memory_core.evaluation.passages import ReadBody, candidate_passages
+from memory_core.evaluation.passages import CutTexts, ReadBody, candidate_passages, cut_texts
 from memory_core.evaluation.report import MIN_CASES_FOR_INTERVAL, CaseInput
 from memory_core.evaluation.statistics import DEFAULT_BOOTSTRAP_RESAMPLES
 from memory_core.evaluation.text_features import TEXT_FEATURES, query_terms, text_rows
@@ -58,7 +58,11 @@ from memory_core.runs.records import CandidateRecord
 FEATURE_REVISION = "ltr-features-v3"
 MODEL_FORMAT = "memory-core-learned-ranker"
 # Bounds on one training (the adapter bounds rounds and leaves): rows are (case, window unit)
-# pairs; 200,000 rows of ~30 features are ~50 MB as floats and a few seconds of one core.
+# pairs; 200,000 rows of ~30 features are ~50 MB as floats and a few seconds of one core. The
+# units' texts (the text columns read them) are held once per distinct unit however many windows
+# hold it (``learning_cases``): at most 200,000 texts of a unit's at most 256 tokens, some 250 MB
+# if no two windows shared a unit, far less as they do. The bound is checked on the traces' counts
+# before any body is read.
 MAX_TRAINING_ROWS = 200_000
 # Bound on a whole learning: every planned fit's rows times its rounds (``training_work``); two
 # billion row-rounds are about ten minutes of one core at the grid's mix of tree sizes.
@@ -400,18 +404,37 @@ class LearningCase:
     judgments: Judgments
 
 
-def learning_case(case: CaseInput, query: str, read_body: ReadBody, group: str | None = None) -> LearningCase:
+def window_records(case: CaseInput) -> list[CandidateRecord]:
+    """The units a case's Run reranked (its recorded window), in fused order: the rows it trains on."""
+    fused = sorted(case.candidates, key=lambda c: (c.rrf_rank, c.unit_id))
+    return [c for c in fused if c.rerank_rank is not None]
+
+
+def learning_case(case: CaseInput, query: str, read_body: ReadBody, group: str | None = None, *,
+                  cut: CutTexts | None = None) -> LearningCase:  # fmt: skip
     """From a case's frozen trace: the recorded window is the units the Run reranked, each with
     its text as the case's frozen corpus holds it (``candidate_passages``: cut by its span and
     checked against its unit hash; "" when it cannot be shown). ``read_body``: a frozen body by
-    its resource hash (the blob store's ``get``)."""
+    its resource hash (the blob store's ``get``); ``cut``: the texts a whole learning cut once
+    (``learning_cases``), else this case's own are cut."""
     fused = sorted(case.candidates, key=lambda c: (c.rrf_rank, c.unit_id))
-    reranked = [c for c in fused if c.rerank_rank is not None]
-    passages = candidate_passages(reranked, case.corpus_hashes, read_body)
+    reranked = window_records(case)
+    passages = candidate_passages(reranked, case.corpus_hashes, read_body, cut)
     window = tuple(FeatureInput.of_record(c, p.text or "") for c, p in zip(reranked, passages, strict=True))
     tail = tuple(FeatureInput.of_record(c, "") for c in fused if c.rerank_rank is None)  # never featured
     return LearningCase(case.case_id, group if group is not None else case.case_id, query, window, tail,
                         case.judgments)  # fmt: skip
+
+
+def learning_cases(cases: Sequence[CaseInput], queries: Sequence[str], read_body: ReadBody,
+                   level: MetricLevel = MetricLevel.RESOURCE) -> list[LearningCase]:  # fmt: skip
+    """``learning_case`` of every case (``queries[i]`` is ``cases[i]``'s): the rows ``learn`` would
+    train on counted from the traces and bounded (``check_rows``) before any body is read, then
+    every window's texts cut together (``cut_texts``): a unit in many windows is one text, each
+    body read and decoded once."""
+    check_rows([n for c in cases if learns_from(n := len(window_records(c)), c.judgments, level)])
+    cut = cut_texts(((window_records(c), c.corpus_hashes) for c in cases), read_body)
+    return [learning_case(c, q, read_body, cut=cut) for c, q in zip(cases, queries, strict=True)]
 
 
 def labels(case: LearningCase, level: MetricLevel) -> list[int]:
@@ -442,13 +465,18 @@ def ranking_data(cases: Sequence[LearningCase], level: MetricLevel, rows_of: Cas
     return RankingData(tuple(rows), tuple(out_labels), tuple(groups))
 
 
-def check_rows(cases: Sequence[LearningCase]) -> int:
-    """The training rows of ``cases``; ``InvalidRequest`` above ``MAX_TRAINING_ROWS``."""
-    rows = sum(len(c.window) for c in cases)
+def learns_from(window_units: int, judgments: Judgments, level: MetricLevel) -> bool:
+    """Whether ``learn`` learns from a case: it has a recorded window and a relevant item."""
+    return window_units > 0 and grade([], judgments, level).relevant > 0
+
+
+def check_rows(window_units: Sequence[int]) -> int:
+    """The training rows of cases of ``window_units`` each; ``InvalidRequest`` above ``MAX_TRAINING_ROWS``."""
+    rows = sum(window_units)
     if rows > MAX_TRAINING_ROWS:
         raise InvalidRequest(
-            f"{len(cases):,} cases hold {rows:,} window units, more than the {MAX_TRAINING_ROWS:,} one training "
-            "takes: learn on fewer cases",
+            f"{len(window_units):,} cases hold {rows:,} window units, more than the {MAX_TRAINING_ROWS:,} one "
+            "training takes: learn on fewer cases",
             rows=rows,
             limit=MAX_TRAINING_ROWS,
         )
@@ -755,8 +783,8 @@ def learn(
     check_folds(folds)
     if not settings or inner_folds < 2:
         raise InvalidRequest("learning needs at least one setting and at least 2 inner folds")
-    judged = [c for c in cases if c.window and grade([], c.judgments, level).relevant > 0]
-    rows = check_rows(judged)
+    judged = [c for c in cases if learns_from(len(c.window), c.judgments, level)]
+    rows = check_rows([len(c.window) for c in judged])
     groups = len({c.group for c in judged})
     labels_ = tuple(setting_label(s) for s in settings)
     base: dict[str, Any] = dict(learn_id=learn_id, project_id=project_id, created_at=created_at,

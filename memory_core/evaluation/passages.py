@@ -67,36 +67,67 @@ class CandidatePassage:
 
 
 def candidate_passages(
-    candidates: Sequence[CandidateRecord], corpus_hashes: Mapping[str, str], read_body: ReadBody
+    candidates: Sequence[CandidateRecord],
+    corpus_hashes: Mapping[str, str],
+    read_body: ReadBody,
+    cut: CutTexts | None = None,
 ) -> tuple[CandidatePassage, ...]:
     """Every candidate's passage, in the given order. ``corpus_hashes``: the frozen corpus's
     resource_id -> resource_hash; ``read_body``: a body by its hash, verified (the blob store's
-    ``get``: ``BlobNotFound`` or ``BlobCorrupted`` make the body unreadable, not the call fail)."""
-    bodies: dict[str, str | None] = {}  # decoded once per resource (None: unreadable)
-
-    def text_of(digest: str) -> str | None:
-        if digest not in bodies:
-            try:
-                bodies[digest] = read_body(digest).decode("utf-8")
-            except (BlobNotFound, BlobCorrupted, UnicodeDecodeError):
-                bodies[digest] = None
-        return bodies[digest]
-
-    return tuple(_passage(c, corpus_hashes, text_of) for c in candidates)
+    ``get``: ``BlobNotFound`` or ``BlobCorrupted`` make the body unreadable, not the call fail).
+    ``cut``: texts already cut (``cut_texts``) over cases that hold these candidates, shared by
+    them; without it, these candidates' own."""
+    if cut is None:
+        cut = cut_texts([(candidates, corpus_hashes)], read_body)
+    return tuple(_passage(c, corpus_hashes, cut) for c in candidates)
 
 
-def _passage(
-    c: CandidateRecord, corpus_hashes: Mapping[str, str], text_of: Callable[[str], str | None]
-) -> CandidatePassage:
+# A unit's text is known by its frozen body and what it claims to be there: the body's resource
+# hash, the unit hash and the span (the hash covers the span, the span is kept for exactness).
+TextKey = tuple[str, str, int, int]
+
+
+@attrs.frozen
+class CutTexts:
+    """Candidates' texts cut from their frozen bodies (``cut_texts``): a text by its ``TextKey``
+    (None: the body holds other text there), and the bodies that could not be read."""
+
+    texts: Mapping[TextKey, str | None]
+    unreadable: frozenset[str]
+
+
+def cut_texts(cases: Iterable[tuple[Sequence[CandidateRecord], Mapping[str, str]]], read_body: ReadBody) -> CutTexts:
+    """The texts of the candidates of ``cases`` (each its candidates and frozen corpus hashes),
+    each distinct one cut and held once however many cases hold it, each body read and decoded
+    once and let go when its units are cut (a learning's cases share most of their units)."""
+    wanted: dict[str, set[tuple[str, int, int]]] = {}  # body hash -> (unit hash, start, end)
+    for candidates, corpus_hashes in cases:
+        for c in candidates:
+            digest = corpus_hashes.get(c.resource_id)
+            if c.start is not None and c.end is not None and digest is not None:
+                wanted.setdefault(digest, set()).add((c.unit_hash, c.start, c.end))
+    texts: dict[TextKey, str | None] = {}
+    unreadable = set()
+    for digest, units in wanted.items():
+        try:
+            body = read_body(digest).decode("utf-8")
+        except (BlobNotFound, BlobCorrupted, UnicodeDecodeError):
+            unreadable.add(digest)
+            continue
+        for unit_hash, start, end in units:
+            texts[(digest, unit_hash, start, end)] = cut_unit(body, start, end, unit_hash)
+    return CutTexts(texts, frozenset(unreadable))
+
+
+def _passage(c: CandidateRecord, corpus_hashes: Mapping[str, str], cut: CutTexts) -> CandidatePassage:
     if c.start is None or c.end is None:
         return CandidatePassage.of(c, NO_SPAN)
     digest = corpus_hashes.get(c.resource_id)
     if digest is None:
         return CandidatePassage.of(c, NOT_IN_CORPUS)
-    body = text_of(digest)
-    if body is None:
+    if digest in cut.unreadable:
         return CandidatePassage.of(c, BODY_UNREADABLE)
-    text = cut_unit(body, c.start, c.end, c.unit_hash)
+    text = cut.texts.get((digest, c.unit_hash, c.start, c.end))
     return CandidatePassage.of(c, TEXT_CHANGED) if text is None else CandidatePassage.of(c, SHOWN, text)
 
 

@@ -27,7 +27,7 @@ from memory_core.evaluation.learning import (
     RankingData,
     RefusedModelFallback,
     learn,
-    learning_case,
+    learning_cases,
 )
 from memory_core.evaluation.metrics import MetricLevel
 from memory_core.evaluation.tuning import DEFAULT_FOLDS, check_folds
@@ -76,8 +76,9 @@ def learn_project(
     usable = evaluation.cases_to_learn_from(project_id, include_unreviewed=include_unreviewed, verb="learn",
                                             use="to learn from")  # fmt: skip
     inputs = evaluation.case_inputs(usable, progress=progress)
-    # Each window unit's text cut from the case's frozen corpus (the text columns read it).
-    learning = [learning_case(i, c.query, evaluation.blobs.get) for c, i in zip(usable, inputs, strict=True)]
+    # Bounded on the traces' row counts first, then each window unit's text cut from the case's
+    # frozen corpus (the text columns read it), once per distinct unit for the whole learning.
+    learning = learning_cases(inputs, [c.query for c in usable], evaluation.blobs.get, levels[level])
     if group_of is not None:
         learning = [attrs.evolve(c, group=group_of(c)) for c in learning]
 

@@ -29,6 +29,7 @@ from memory_core.evaluation.learning import (
     fold_groups,
     importances_of,
     learn,
+    learning_cases,
     ranking_data,
     read_model,
     reordered,
@@ -192,6 +193,52 @@ def test_a_cases_window_carries_its_frozen_texts_giving_the_live_rows_and_an_uns
                                    strict=True):  # fmt: skip
         assert all(math.isnan(trace_row[i]) for i in TEXT_COLUMNS)
         assert _same([trace_row[: TEXT_COLUMNS[0]]], [live_row[: TEXT_COLUMNS[0]]])
+
+
+def _traced_cases(bodies: dict[str, str], relevant: list[bool]) -> list[CaseInput]:
+    """Cases whose traces all hold the same window: a.md's two units and b.md's one, then a unit
+    of c.md the Run did not rerank; a case of ``relevant`` False judges nothing relevant."""
+    spans = [("a.md", "h-a", 0, 19), ("a.md", "h-a", 21, 35), ("b.md", "h-b", 0, 25), ("c.md", "h-c", 0, 4)]
+    records = []
+    for i, (resource, digest, start, end) in enumerate(spans):
+        text = bodies[digest][start:end]
+        unit = Unit(f"{resource}#{i}", resource, i, start, end, (), text, len(text.split()),
+                    unit_hash_of(text, start, end), digest)  # fmt: skip
+        records.append(CandidateRecord.from_candidate(Candidate(
+            unit, bm25_score=5.0 - i, bm25_rank=i + 1, rrf_rank=i + 1, rrf_score=1 / (61 + i),
+            rerank_rank=i + 1 if i < 3 else None)))  # fmt: skip
+    corpus = {"a.md": "h-a", "b.md": "h-b", "c.md": "h-c"}
+    return [CaseInput(f"case-{n}", tuple(records), {}, False, Judgments.of(resources={"a.md": 2} if judged else {}),
+                      corpus) for n, judged in enumerate(relevant)]  # fmt: skip
+
+
+def test_learning_cases_are_refused_over_the_row_bound_before_any_body_is_read_and_share_each_units_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import memory_core.evaluation.learning as learning
+    from memory_core.domain.errors import InvalidRequest
+
+    bodies = {"h-a": "Lifting wings lift.\n\nDrag and flow.", "h-b": "The catalog of wingspans.", "h-c": "Stall"}
+    reads: list[str] = []
+
+    def read(digest: str) -> bytes:  # counts every body read
+        reads.append(digest)
+        return bodies[digest].encode()
+
+    monkeypatch.setattr(learning, "MAX_TRAINING_ROWS", 11)
+    # Four cases of three window units each are twelve rows: refused on the traces' counts alone.
+    with pytest.raises(InvalidRequest, match="4 cases hold 12 window units") as caught:
+        learning_cases(_traced_cases(bodies, [True] * 4), ["wing lift"] * 4, read)
+    assert caught.value.details["rows"] == 12 and reads == []
+    # A case without a relevant item is not learned from, so not counted: nine rows are within the
+    # bound. Each body is read once (c.md's unit is outside every window: never read), and a unit in
+    # every window is one text, the same as each case cut alone.
+    traced = _traced_cases(bodies, [True, True, False, True])
+    cases = learning_cases(traced, ["wing lift"] * 4, read)
+    assert sorted(reads) == ["h-a", "h-b"]
+    assert [c.text for c in cases[0].window] == ["Lifting wings lift.", "Drag and flow.", "The catalog of wingspans."]
+    assert all(a.text is b.text for case in cases[1:] for a, b in zip(cases[0].window, case.window, strict=True))
+    assert cases == [learning_case_of(t, "wing lift", read) for t in traced]
 
 
 @given(windows, st.randoms(use_true_random=False))
