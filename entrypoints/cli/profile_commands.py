@@ -12,7 +12,7 @@ from memory_core.domain.errors import InvalidRequest
 from memory_core.entrypoints.cli import render, wire
 from memory_core.entrypoints.cli.common import emit_json, hint, progress_bar, read_json
 from memory_core.entrypoints.cli.executor import job_progress
-from memory_core.evaluation.learning import LearnResult
+from memory_core.evaluation.learning import MIN_TEXT_SHARE, LearnResult
 from memory_core.evaluation.tuning import DEFAULT_FOLDS, GRID_KEYS, TuneMetrics, TuneResult
 from memory_core.operations.executor import Operations
 from memory_core.services.profiles import ProfileView
@@ -167,6 +167,7 @@ def _learn_lines(result: LearnResult, home: str | None) -> list[str]:
              f"{result.training_rows:,} window units, {result.folds}-fold cross-validation at {result.level} level, "
              f"{result.seconds:.1f} s",
              f"  against {result.current}; features {result.feature_revision}; {result.trainer}"]  # fmt: skip
+    lines += _text_lines(result)
     if result.current_metrics is not None and result.cross_validated is not None:
         now, cv = result.current_metrics, result.cross_validated
         lines += [_metrics_line("current         ", now), _metrics_line("learned (held out)", cv)]
@@ -183,6 +184,21 @@ def _learn_lines(result: LearnResult, home: str | None) -> list[str]:
     if result.model_digest is not None:
         lines.append(f"model {result.model_digest} (kept; applied only when proposed)")
     return lines + _apply_hint(result.proposed, result.project_id, f"--from-learn {result.learn_id}", home)
+
+
+def _text_lines(result: LearnResult) -> list[str]:
+    """How many window units learned from had their text, and a warning when too few did."""
+    share = result.text_share
+    if share is None:
+        return []
+    lines = [f"  text columns: {result.text_units:,} of {result.training_rows:,} window units had their text "
+             f"({share:.1%})"]  # fmt: skip
+    if share < MIN_TEXT_SHARE:
+        lines.append(f"warning: only {share:.1%} of the window units learned from had their text (the others' Runs "
+                     "were recorded before candidates kept their span, or their resources changed since): their "
+                     "text columns were missing in training, while every activation computes them; record new "
+                     "Runs and learn again")  # fmt: skip
+    return lines
 
 
 def learn(engine: Operations, args: argparse.Namespace) -> int:

@@ -69,6 +69,10 @@ MAX_TRAINING_ROWS = 200_000
 MAX_TRAINING_WORK = 2_000_000_000
 INNER_FOLDS = 3
 TOP_IMPORTANCES = 10
+# Below this share of the window units learned from with their text (``LearnResult.text_share``),
+# the text columns were mostly missing in training (cases recorded before candidates kept their
+# span, or whose resources changed) while every activation computes them: a learning says so.
+MIN_TEXT_SHARE = 0.9
 MISSING = math.nan  # a stage that did not rank the unit: the learner treats NaN as missing
 
 FEATURE_NAMES = (
@@ -591,7 +595,10 @@ class LearnResult:
     verdict: str
     feature_revision: str = FEATURE_REVISION
     trainer: str = ""
-    training_rows: int = 0
+    training_rows: int = 0  # the window units of the cases learned from
+    # Of those, the units whose text the frozen corpus showed (their text columns computed, not
+    # missing); None: a learning kept before it was counted.
+    text_units: int | None = None
     model_digest: str | None = None
     current_metrics: TuneMetrics | None = None
     cross_validated: TuneMetrics | None = None
@@ -609,6 +616,13 @@ class LearnResult:
     inner_folds: int = 0
     fold_settings: tuple[str, ...] = ()
     chosen_setting: str | None = None
+
+    @property
+    def text_share(self) -> float | None:
+        """The share of the window units learned from that had their text (None: not counted)."""
+        if self.text_units is None or self.training_rows == 0:
+            return None
+        return self.text_units / self.training_rows
 
 
 def fold_groups(groups: Sequence[str], k: int) -> list[list[int]]:
@@ -790,7 +804,8 @@ def learn(
     base: dict[str, Any] = dict(learn_id=learn_id, project_id=project_id, created_at=created_at,
                                 level=level.value, folds=folds, cases=len(judged),
                                 excluded_cases=len(cases) - len(judged), groups=groups, current=current_revision,
-                                training_rows=rows, settings=labels_, inner_folds=inner_folds)  # fmt: skip
+                                training_rows=rows, text_units=sum(bool(u.text) for c in judged for u in c.window),
+                                settings=labels_, inner_folds=inner_folds)  # fmt: skip
     needed = max(MIN_CASES_FOR_INTERVAL, folds)
     if len(judged) < needed or groups < folds:
         verdict = (f"too few judged cases to cross-validate: {len(judged)} cases in {groups} group(s); "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import pytest
@@ -239,6 +240,35 @@ def test_learning_cases_are_refused_over_the_row_bound_before_any_body_is_read_a
     assert [c.text for c in cases[0].window] == ["Lifting wings lift.", "Drag and flow.", "The catalog of wingspans."]
     assert all(a.text is b.text for case in cases[1:] for a, b in zip(cases[0].window, case.window, strict=True))
     assert cases == [learning_case_of(t, "wing lift", read) for t in traced]
+
+
+def test_a_learning_counts_the_window_units_that_had_their_text_and_the_cli_warns_when_too_few_did() -> None:
+    from memory_core.entrypoints.cli.profile_commands import _learn_lines
+
+    bodies = {"h-a": "Lifting wings lift.\n\nDrag and flow.", "h-b": "The catalog of wingspans.", "h-c": "Stall"}
+
+    def learned(traced: list[CaseInput]) -> Any:
+        cases = learning_cases(traced, ["wing lift"] * len(traced), lambda digest: bodies[digest].encode())
+        result, _ = learn(cases, fit=_fit_signal, load=_load_signal, current=_current, current_revision="c",
+                          trainer=lambda s: "t", learn_id="L", project_id="p", created_at="now")  # fmt: skip
+        return result
+
+    # Recorded before candidates kept their span: no unit's text can be shown.
+    before = [attrs.evolve(t, candidates=tuple(attrs.evolve(c, start=None, end=None) for c in t.candidates))
+              for t in _traced_cases(bodies, [True] * 3)]  # fmt: skip
+    result = learned(before)
+    assert (result.training_rows, result.text_units, result.text_share) == (9, 0, 0.0)
+    said = "\n".join(_learn_lines(result, None))
+    assert "text columns: 0 of 9 window units had their text (0.0%)" in said
+    assert "warning: only 0.0% of the window units learned from had their text" in said
+    # One case of three recorded before: 6 of 9, still under the share; all recorded after: no warning.
+    result = learned([before[0], *_traced_cases(bodies, [True] * 2)])
+    assert result.text_units == 6 and "warning: only 66.7% of the window units" in "\n".join(_learn_lines(result, None))
+    result = learned(_traced_cases(bodies, [True] * 3))
+    said = "\n".join(_learn_lines(result, None))
+    assert result.text_units == 9 and "9 of 9 window units had their text (100.0%)" in said and "warning" not in said
+    # A learning kept before the count says nothing of it.
+    assert "text columns" not in "\n".join(_learn_lines(attrs.evolve(result, text_units=None), None))
 
 
 @given(windows, st.randoms(use_true_random=False))

@@ -74,5 +74,6 @@ def test_the_cli_learns_through_the_daemon(daemon: Daemon) -> None:
     assert said.returncode == 0 and ("proposed:" in said.stdout or "no proposal" in said.stdout)
     assert "setting chosen per outer fold (a 3-fold cross-validation on its training folds, among 7): 1 " in said.stdout
     assert "final setting (cross-validation over all cases): " in said.stdout
+    assert "window units had their text (100.0%)" in said.stdout and "warning: only" not in said.stdout
     missing = memcore(daemon, "project", "profile", "set", "notes", "--from-learn", "01NOSUCHLEARNING0000000000")
     assert missing.returncode != 0 and "no learning" in missing.stderr

@@ -63,6 +63,10 @@ def _shows_the_latest_learning(page: Any, ui_daemon: UiDaemon) -> Any:
         expect(panel).to_contain_text(f"{stored.gain:+.4f}".lstrip("+") if stored.gain < 0 else f"+{stored.gain:.4f}")
     if stored.chosen_setting is not None:
         expect(panel).to_contain_text(stored.chosen_setting)
+    # The page's cases were recorded with their spans: every window unit had its text, no warning.
+    assert stored.text_units == stored.training_rows > 0
+    expect(panel).to_contain_text(f"{stored.text_units} of {stored.training_rows} (100.0 %)")
+    expect(page.locator("#learn-text-warning")).to_have_count(0)
     if stored.model_digest is not None:
         expect(panel).to_contain_text(stored.model_digest[:12])
         expect(panel).to_contain_text(stored.importances[0].feature)

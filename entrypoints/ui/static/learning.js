@@ -9,13 +9,26 @@ function gainText(r) {
   return `${r.gain >= 0 ? "+" : ""}${fmtNum(r.gain, 4)} [${fmtNum(r.gain_low, 4)}, ${fmtNum(r.gain_high, 4)}], p ${fmtNum(r.p_value, 3)}`;
 }
 
+// memory_core/evaluation/learning.py MIN_TEXT_SHARE: under it, the text columns were mostly
+// missing in training while every activation computes them.
+const MIN_TEXT_SHARE = 0.9;
+
+// The share of the window units learned from that had their text (null: a learning kept before
+// it was counted).
+function textShare(r) {
+  return r.text_units === null || r.text_units === undefined || !r.training_rows ? null : r.text_units / r.training_rows;
+}
+
 function learningFacts(r, onApply) {
+  const share = textShare(r);
   const held = r.current_metrics && r.cross_validated
     ? `${fmtNum(r.current_metrics.ndcg_at_10, 4)} → ${fmtNum(r.cross_validated.ndcg_at_10, 4)}` : "—";
   return h("div", { id: "learn-result" },
     h("p", { id: "learn-verdict", class: r.proposed ? "ok" : "help" }, r.verdict),
     facts([
       ["Learned", `${r.created_at} on ${r.cases} judged cases (${r.folds}-fold cross-validation, ${r.level} level)`],
+      share === null ? null
+        : ["Window units with their text", `${r.text_units} of ${r.training_rows} (${(100 * share).toFixed(1)} %)`],
       ["nDCG@10 now → learned (held out)", held],
       ["Cross-validated gain, 95 % interval", gainText(r)],
       ["Most important features", r.importances.length
@@ -25,6 +38,12 @@ function learningFacts(r, onApply) {
         ? `${r.chosen_setting}; ${(r.fold_settings || []).join(" | ")}` : "—"],
       ["Model", r.model_digest ? `${r.model_digest.slice(0, 12)} (${r.feature_revision})` : "—"],
     ]),
+    share !== null && share < MIN_TEXT_SHARE
+      ? h("p", { class: "msg warn", role: "status", id: "learn-text-warning" },
+        `Only ${(100 * share).toFixed(1)} % of the window units learned from had their text (the others' Runs were `
+        + "recorded before candidates kept their span, or their resources changed since): their text columns were "
+        + "missing in training, while every activation computes them. Record new Runs and learn again.")
+      : null,
     r.proposed ? h("button", { type: "button", id: "learn-apply", onclick: () => onApply(r) }, "Rank with this model") : null);
 }
 
