@@ -7,6 +7,7 @@ under a revision that says so."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +20,17 @@ from memory_core.evaluation.learning import (
     FEATURE_NAMES,
     FEATURE_REVISION,
     KEEP_CURRENT_LABEL,
+    FeatureInput,
     LearnedModel,
     LearnerSetting,
     LearningCase,
+    learning_case,
     window_features,
 )
 from memory_core.evaluation.text_features import TEXT_FEATURES
 from memory_core.services.beir_import import import_beir
 from tests.core.test_evaluation import memory_workspace, write_beir
+from tests.core.test_learning import _same
 from tests.core.test_project_profiles import (
     QUERIES,
     deploy_workspace,
@@ -112,6 +116,33 @@ def test_a_profile_with_a_learned_model_ranks_with_it_and_every_run_and_replay_r
     restored = engine.restore_project_profile("demo", 0)
     assert restored.reranker.startswith("convex-fusion")
     assert engine.restore_project_profile("demo", view.in_use.version).reranker == view.reranker
+
+
+def test_an_activations_live_feature_rows_are_the_rows_its_recorded_trace_gives_a_learning() -> None:
+    import memory_core.evaluation.learning as learning
+
+    engine = engine_with_other()
+    judged_cases(engine, reviewed=True)
+    engine.set_profile_from_learning("demo", learned(engine).learn_id)
+    live: list[tuple[str, list[FeatureInput], list[list[float]]]] = []
+    features = learning.window_features
+
+    def capturing(query: str, window: Sequence[FeatureInput]) -> list[list[float]]:
+        rows = features(query, window)
+        live.append((query, list(window), rows))
+        return rows
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(learning, "window_features", capturing)
+        activation = engine.activate("demo", QUERIES[1])
+    assert activation.response.revisions["reranker_model"].startswith("learned-ranker(")
+    ((query, window, rows),) = live  # the learned model featured one window
+    service = engine.evaluations()
+    case = service.create_case(activation.response.run_id)
+    traced = learning_case(service.case_inputs([case])[0], case.query, service.blobs.get)
+    assert query == case.query and len(window) > 1
+    assert [c.text for c in traced.window] == [c.text for c in window] and all(c.text for c in window)
+    assert _same(window_features(case.query, traced.window), rows)
 
 
 def test_a_corrupt_model_is_refused_when_set_and_at_ranking_the_fusion_ranks_and_the_run_says_why() -> None:
