@@ -39,13 +39,15 @@ from memory_core.services.profiles import ProjectProfiles
 
 def _replayable(reranker: Reranker) -> Reranker:
     """The project's reranker, if it scores from what a trace records (a fusion function or a
-    learned model; a cross-encoder reads text the trace does not hold)."""
+    learned model; a cross-encoder's scores are not recorded in a trace, and learning does not run
+    its model again over the frozen corpus)."""
     if isinstance(reranker, RefusedModelFallback):
         return reranker  # the fusion it ranks with now
     if isinstance(reranker, LearnedReranker) or hasattr(reranker, "score_range"):
         return reranker
-    raise InvalidRequest(f"learning compares with the project's ranking on its recorded traces; this engine "
-                         f"reranks with {reranker.revision}, which reads text the traces do not hold")  # fmt: skip
+    raise InvalidRequest(f"learning compares with the project's ranking replayed on its recorded traces; this "
+                         f"engine reranks with {reranker.revision}, whose scores the traces do not record and "
+                         f"learning does not compute again")  # fmt: skip
 
 
 def learn_project(

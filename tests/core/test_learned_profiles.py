@@ -183,6 +183,16 @@ def test_a_model_of_another_feature_revision_is_refused_typed_and_never_applied(
     assert response.fragments
 
 
+def test_learning_refuses_a_reranker_it_cannot_replay_from_the_traces() -> None:
+    from memory_core.services.learning import _replayable
+
+    class CrossEncoder:  # a reranker of the candidates' texts: no fusion's score range
+        revision = "cross-encoder(minilm)"
+
+    with pytest.raises(InvalidRequest, match=r"cross-encoder\(minilm\), whose scores the traces do not record"):
+        _replayable(CrossEncoder())  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("value", ["abc", "A" * 64, 7, None])
 def test_a_learned_model_setting_must_be_a_digest(value: Any) -> None:
     engine = engine_with_other()
