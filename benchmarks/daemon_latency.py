@@ -512,7 +512,7 @@ run to run. This run (8a90329, after the JVM's C1 change of run 9) had a quiet m
 6-8, before the C1 change, another machine, load 1.5-2.1, `daemon_latency_dc15343.json`) gave p50
 ratios of 0.50 [0.48, 0.52] on Cranfield, 0.49 [0.42, 0.63] on CISI, 0.52 [0.51, 0.53] on LoCoMo
 dev and 0.44 [0.44, 0.45] on SciFact train. Between the two, memory-core's own p50 fell on every
-collection (Cranfield 9.4 to 8.3 ms, CISI 14.8 to 10.5, LoCoMo dev 8.7 to 7.9, SciFact train 11.5
+collection (Cranfield 9.4 to 8.3 ms, CISI 14.8 to 10.5, LoCoMo dev 8.6 to 7.9, SciFact train 11.5
 to 9.0) but the peer's fell more on the short-query collections (Cranfield 18.7 to 15.1, LoCoMo
 dev 16.6 to 12.4, SciFact train 26.1 to 19.7): on this machine its torch fp32 query embedding is
 relatively cheaper, so the same code's ratio is higher (LoCoMo dev 0.64 against 0.52). The full run
@@ -573,7 +573,7 @@ activations, or the warm-up beside the watcher) could fail with Java errors or c
 (`tests/adapters/test_lucene_threads.py`: 2 of 3 runs crashed without the lock, none with it)."""
 
 REMAINS = """What remains, short queries first (the stage table): the query embedding (one int8 ONNX run:
-0.5-1.0 ms of CPU for 3-14 tokens with its weights in the cache, 2.3-3.0 ms p50 in the daemon,
+0.5-1.0 ms of CPU for 3-14 tokens with its weights in the cache, 2.4-3.1 ms p50 in the daemon,
 below; a faster one changes the vectors, which is the model's business, issue 33, and the critical
 path beside which BM25 runs), the JVM's first searches (C1 only since run 9: its compiler is done
 after a few hundred searches, which the daemon's warm-up runs before the first query), the exact dense
@@ -591,11 +591,12 @@ otherwise equal daemons, load 1.5-2.4, `daemon_latency_switch_interval.json`) bo
 0.96 [0.91, 1.01] of the default's on Cranfield, 1.03 [1.00, 1.06] on LoCoMo dev. At that load the
 ratios to the peer were 0.64-0.67 on Cranfield and 0.70-0.72 on LoCoMo dev, before the Run writer's
 changes (runs 6-8: recording had cost 1.27x of a call); the quiet run after them (dc15343) had 0.50
-and 0.52, and this one, on a machine where the peer is faster, 0.55 and 0.64. The goal is met on
-CISI and SciFact train and missed on Cranfield and LoCoMo dev, most on the shortest queries (1-5
-words: 0.74 on LoCoMo dev, 0.66 on SciFact train), where the peer's embedding of a few words is
-cheap and memory-core's fixed costs are not: in this run the query embedding alone is 2.3-3.0 ms
-p50 inside the daemon (its weights are read from memory again each call, other work having pushed
+and 0.52, and this one, on a machine where the peer is faster, 0.55 and 0.64. The overall p50 is
+within 0.5x on CISI and SciFact train, over it on Cranfield and LoCoMo dev, and by length the goal
+is missed on every collection, most on the shortest queries (1-5 words: 0.74 on LoCoMo dev, 0.66
+on SciFact train), where the peer's embedding of a few words is cheap and memory-core's fixed costs
+are not: in this run the query embedding alone is 2.4-3.1 ms p50 inside the daemon (4.8 on CISI's
+long queries) (its weights are read from memory again each call, other work having pushed
 them out of the cache: the same ONNX run takes 0.9 ms of CPU in a loop and 1.5 ms with the cache
 emptied between runs) and the daemon's path outside the engine about 2.1 ms. Starting the
 embedding before the Run's start and the generation's load (tried in two A/B runs, at the start of
@@ -688,9 +689,13 @@ the request path on Cranfield, load 5-8; per-thread CPU from `/proc/<pid>/task` 
 - *The JVM's compilers* keep compiling Lucene's long tail for thousands of searches: about 2.7 ms
   of C1/C2 CPU per search over the first 400 (this benchmark's whole window), still about 1 ms
   after 2,000-4,000, on the other core. C1 only (`-XX:TieredStopAtLevel=1`) stops that but a
-  search then costs 2.2-2.4 ms of CPU against 0.9-1.2; C2 only (`-XX:-TieredCompilation`) is done
-  after ~1,600 searches but slower over the first 800. Neither was kept.
-- *The query embedding* (int8, one thread) costs about 2.6 ms + 0.11 ms per token of CPU. Two
+  search then cost 2.2-2.4 ms of CPU against 0.9-1.2; C2 only (`-XX:-TieredCompilation`) is done
+  after ~1,600 searches but slower over the first 800. Neither was kept then. That was BM25's read
+  before 597fd8f (each hit's id read from its stored fields, many Java calls a search) in that pass, at a load of
+  5-8; with the one-call search since, C1's code is about 10 % slower than C2's once compiled and
+  C1 only is kept (run 9, "The JVM's second compiler" above).
+- *The query embedding* (int8, one thread) cost about 2.6 ms + 0.11 ms per token of CPU in this
+  pass (load 5-8; on a quiet machine 0.5-1.0 ms for 3-14 tokens with its weights in the cache). Two
   intra-op threads give bit-identical vectors (all 1,870 judged queries of the four collections)
   but were slower at a load of 4-5 (7.6 against 6.7 ms p50): no core is free for the second.
   Whether the embedding beside BM25 pays depends on the load the same way: in process, at a load of
