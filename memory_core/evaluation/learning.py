@@ -60,9 +60,9 @@ MODEL_FORMAT = "memory-core-learned-ranker"
 # Bounds on one training (the adapter bounds rounds and leaves): rows are (case, window unit)
 # pairs; 200,000 rows of ~30 features are ~50 MB as floats and a few seconds of one core. The
 # units' texts (the text columns read them) are held once per distinct unit however many windows
-# hold it (``learning_cases``): at most 200,000 texts of a unit's at most 256 tokens, some 250 MB
-# if no two windows shared a unit, far less as they do. The bound is checked on the traces' counts
-# before any body is read.
+# hold it, and only for the cases learned from (``learning_cases``): at most 200,000 texts of a
+# unit's at most 256 tokens, some 250 MB if no two windows shared a unit, far less as they do. The
+# bound is checked on the traces' counts before any body is read.
 MAX_TRAINING_ROWS = 200_000
 # Bound on a whole learning: every planned fit's rows times its rounds (``training_work``); two
 # billion row-rounds are about ten minutes of one core at the grid's mix of tree sizes.
@@ -434,11 +434,18 @@ def learning_cases(cases: Sequence[CaseInput], queries: Sequence[str], read_body
                    level: MetricLevel = MetricLevel.RESOURCE) -> list[LearningCase]:  # fmt: skip
     """``learning_case`` of every case (``queries[i]`` is ``cases[i]``'s): the rows ``learn`` would
     train on counted from the traces and bounded (``check_rows``) before any body is read, then
-    every window's texts cut together (``cut_texts``): a unit in many windows is one text, each
-    body read and decoded once."""
-    check_rows([n for c in cases if learns_from(n := len(window_records(c)), c.judgments, level)])
-    cut = cut_texts(((window_records(c), c.corpus_hashes) for c in cases), read_body)
-    return [learning_case(c, q, read_body, cut=cut) for c, q in zip(cases, queries, strict=True)]
+    the windows of the cases learned from cut together (``cut_texts``): a unit in many windows is
+    one text, each body read and decoded once. The other cases' windows get no text: ``learn``
+    drops them (``learns_from``) before any row is featured, and cutting theirs would read bodies
+    and hold texts the row bound does not count."""
+    windows = [window_records(c) for c in cases]
+    learned = [learns_from(len(w), c.judgments, level) for c, w in zip(cases, windows, strict=True)]
+    kept_windows = [(w, c.corpus_hashes) for c, w, kept in zip(cases, windows, learned, strict=True) if kept]
+    check_rows([len(w) for w, _ in kept_windows])
+    cut = cut_texts(kept_windows, read_body)
+    uncut = CutTexts({}, frozenset())  # never featured: no text read for them
+    return [learning_case(c, q, read_body, cut=cut if kept else uncut)
+            for c, q, kept in zip(cases, queries, learned, strict=True)]  # fmt: skip
 
 
 def labels(case: LearningCase, level: MetricLevel) -> list[int]:

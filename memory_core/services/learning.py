@@ -79,7 +79,8 @@ def learn_project(
                                             use="to learn from")  # fmt: skip
     inputs = evaluation.case_inputs(usable, progress=progress)
     # Bounded on the traces' row counts first, then each window unit's text cut from the case's
-    # frozen corpus (the text columns read it), once per distinct unit for the whole learning.
+    # frozen corpus (the text columns read it), once per distinct unit for the whole learning and
+    # only for the cases learned from (the others are never featured).
     learning = learning_cases(inputs, [c.query for c in usable], evaluation.blobs.get, levels[level])
     if group_of is not None:
         learning = [attrs.evolve(c, group=group_of(c)) for c in learning]

@@ -25,8 +25,10 @@ from memory_core.evaluation.learning import (
     LearnerSetting,
     LearningCase,
     learning_case,
+    learns_from,
     window_features,
 )
+from memory_core.evaluation.metrics import MetricLevel
 from memory_core.evaluation.text_features import TEXT_FEATURES
 from memory_core.services.beir_import import import_beir
 from tests.core.test_evaluation import memory_workspace, write_beir
@@ -238,8 +240,12 @@ def test_learning_reads_each_window_units_text_from_its_cases_frozen_corpus(tmp_
 
     result = engine.learn_project("tiny", folds=2, settings=SHIPPED, group_of=group_of)
     assert result.feature_revision == FEATURE_REVISION == "ltr-features-v3" and len(learned_from) == len(before)
+    assert 0 < result.cases < len(before)  # some cases learned from, some not
     text_columns = [FEATURE_NAMES.index(n) for n in TEXT_FEATURES]
     for case in learned_from:
+        if not learns_from(len(case.window), case.judgments, MetricLevel.RESOURCE):
+            assert all(unit.text == "" for unit in case.window)  # never featured: no body read for it
+            continue
         corpus = service.get_corpus(service.get_case(case.case_id).corpus_id)
         bodies = {e.resource_id: service.blobs.get(e.resource_hash).decode() for e in corpus.resources}
         spans = {c.unit_id: (c.start, c.end) for c in service.get_trace(case.case_id).candidates}

@@ -233,13 +233,37 @@ def test_learning_cases_are_refused_over_the_row_bound_before_any_body_is_read_a
     assert caught.value.details["rows"] == 12 and reads == []
     # A case without a relevant item is not learned from, so not counted: nine rows are within the
     # bound. Each body is read once (c.md's unit is outside every window: never read), and a unit in
-    # every window is one text, the same as each case cut alone.
+    # every window of the cases learned from is one text, the same as each case cut alone; the case
+    # not learned from gets no text.
     traced = _traced_cases(bodies, [True, True, False, True])
     cases = learning_cases(traced, ["wing lift"] * 4, read)
     assert sorted(reads) == ["h-a", "h-b"]
     assert [c.text for c in cases[0].window] == ["Lifting wings lift.", "Drag and flow.", "The catalog of wingspans."]
-    assert all(a.text is b.text for case in cases[1:] for a, b in zip(cases[0].window, case.window, strict=True))
-    assert cases == [learning_case_of(t, "wing lift", read) for t in traced]
+    learned = [cases[i] for i in (0, 1, 3)]
+    assert all(a.text is b.text for case in learned[1:] for a, b in zip(cases[0].window, case.window, strict=True))
+    assert learned == [learning_case_of(traced[i], "wing lift", read) for i in (0, 1, 3)]
+    assert [c.text for c in cases[2].window] == ["", "", ""]
+
+
+def test_learning_cases_read_no_body_for_the_cases_not_learned_from() -> None:
+    # The row bound counts only the cases learned from, so the bodies read must be theirs alone:
+    # an unjudged case whose window lies on bodies no judged case uses (a later import of a.md and
+    # b.md) must not have them read, however many such cases there are.
+    bodies = {"h-a": "Lifting wings lift.\n\nDrag and flow.", "h-b": "The catalog of wingspans.", "h-c": "Stall"}
+    bodies |= {"h-a2": bodies["h-a"], "h-b2": bodies["h-b"]}
+    reads: list[str] = []
+
+    def read(digest: str) -> bytes:  # counts every body read
+        reads.append(digest)
+        return bodies[digest].encode()
+
+    [judged] = _traced_cases(bodies, [True])
+    unjudged = [attrs.evolve(t, case_id=f"unjudged-{n}", corpus_hashes={"a.md": "h-a2", "b.md": "h-b2", "c.md": "h-c"})
+                for n, t in enumerate(_traced_cases(bodies, [False] * 3))]  # fmt: skip
+    cases = learning_cases([judged, *unjudged], ["wing lift"] * 4, read)
+    assert sorted(reads) == ["h-a", "h-b"]
+    assert [u.text for u in cases[0].window] == ["Lifting wings lift.", "Drag and flow.", "The catalog of wingspans."]
+    assert all(u.text == "" for case in cases[1:] for u in case.window)
 
 
 def test_a_learning_counts_the_window_units_that_had_their_text_and_the_cli_warns_when_too_few_did() -> None:
