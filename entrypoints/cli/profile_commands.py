@@ -187,17 +187,20 @@ def _learn_lines(result: LearnResult, home: str | None) -> list[str]:
 
 
 def _text_lines(result: LearnResult) -> list[str]:
-    """How many window units learned from had their text, and a warning when too few did."""
+    """How many window units learned from had their text, and a warning when a model was trained
+    with too few of them (without a model nothing was trained on the missing columns)."""
     share = result.text_share
     if share is None:
         return []
     lines = [f"  text columns: {result.text_units:,} of {result.training_rows:,} window units had their text "
              f"({share:.1%})"]  # fmt: skip
-    if share < MIN_TEXT_SHARE:
-        lines.append(f"warning: only {share:.1%} of the window units learned from had their text (the others' Runs "
-                     "were recorded before candidates kept their span, or their resources changed since): their "
-                     "text columns were missing in training, while every activation computes them; record new "
-                     "Runs and learn again")  # fmt: skip
+    if share < MIN_TEXT_SHARE and result.model_digest is not None:
+        # The reasons are candidate_passages' (evaluation/passages.py NOTES).
+        lines.append(f"warning: only {share:.1%} of the window units learned from had their text (the others': no "
+                     "span recorded, as their Run predates spans; the resource not in the frozen corpus; the "
+                     "resource changed after it was indexed; or its frozen body unreadable): the model was trained "
+                     "with their text columns missing, while every activation computes them; record new Runs and "
+                     "learn again")  # fmt: skip
     return lines
 
 

@@ -70,8 +70,9 @@ MAX_TRAINING_WORK = 2_000_000_000
 INNER_FOLDS = 3
 TOP_IMPORTANCES = 10
 # Below this share of the window units learned from with their text (``LearnResult.text_share``),
-# the text columns were mostly missing in training (cases recorded before candidates kept their
-# span, or whose resources changed) while every activation computes them: a learning says so.
+# the text columns were mostly missing in training (no span recorded, the resource not in the
+# frozen corpus or changed, its body unreadable) while every activation computes them: a learning
+# that trained a model says so.
 MIN_TEXT_SHARE = 0.9
 MISSING = math.nan  # a stage that did not rank the unit: the learner treats NaN as missing
 

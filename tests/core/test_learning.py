@@ -266,31 +266,41 @@ def test_learning_cases_read_no_body_for_the_cases_not_learned_from() -> None:
     assert all(u.text == "" for case in cases[1:] for u in case.window)
 
 
-def test_a_learning_counts_the_window_units_that_had_their_text_and_the_cli_warns_when_too_few_did() -> None:
+def test_a_learning_counts_the_window_units_that_had_their_text_and_the_cli_warns_when_a_model_had_too_few() -> None:
     from memory_core.entrypoints.cli.profile_commands import _learn_lines
 
     bodies = {"h-a": "Lifting wings lift.\n\nDrag and flow.", "h-b": "The catalog of wingspans.", "h-c": "Stall"}
 
-    def learned(traced: list[CaseInput]) -> Any:
+    def learned(traced: list[CaseInput], grid: Sequence[LearnerSetting | None] = (LearnerSetting(),)) -> Any:
         cases = learning_cases(traced, ["wing lift"] * len(traced), lambda digest: bodies[digest].encode())
-        result, _ = learn(cases, fit=_fit_signal, load=_load_signal, current=_current, current_revision="c",
-                          trainer=lambda s: "t", learn_id="L", project_id="p", created_at="now")  # fmt: skip
+        result, _ = learn(cases, fit=lambda data, setting: _fit_signal(data), load=_load_signal, current=_current,
+                          current_revision="c", trainer=lambda s: "t", learn_id="L", project_id="p",
+                          created_at="now", settings=grid, resamples=200)  # fmt: skip
         return result
 
     # Recorded before candidates kept their span: no unit's text can be shown.
     before = [attrs.evolve(t, candidates=tuple(attrs.evolve(c, start=None, end=None) for c in t.candidates))
-              for t in _traced_cases(bodies, [True] * 3)]  # fmt: skip
+              for t in _traced_cases(bodies, [True] * 6)]  # fmt: skip
     result = learned(before)
-    assert (result.training_rows, result.text_units, result.text_share) == (9, 0, 0.0)
+    assert (result.training_rows, result.text_units, result.text_share) == (18, 0, 0.0)
     said = "\n".join(_learn_lines(result, None))
-    assert "text columns: 0 of 9 window units had their text (0.0%)" in said
+    assert result.model_digest is not None and "text columns: 0 of 18 window units had their text (0.0%)" in said
     assert "warning: only 0.0% of the window units learned from had their text" in said
-    # One case of three recorded before: 6 of 9, still under the share; all recorded after: no warning.
-    result = learned([before[0], *_traced_cases(bodies, [True] * 2)])
-    assert result.text_units == 6 and "warning: only 66.7% of the window units" in "\n".join(_learn_lines(result, None))
-    result = learned(_traced_cases(bodies, [True] * 3))
+    assert "no span recorded" in said and "the model was trained with their text columns missing" in said
+    # Two cases of six recorded before: 12 of 18, still under the share; all recorded after: no warning.
+    after = [attrs.evolve(t, case_id=f"after-{t.case_id}") for t in _traced_cases(bodies, [True] * 4)]
+    result = learned([*before[:2], *after])
     said = "\n".join(_learn_lines(result, None))
-    assert result.text_units == 9 and "9 of 9 window units had their text (100.0%)" in said and "warning" not in said
+    assert result.model_digest is not None and result.text_units == 12
+    assert "warning: only 66.7% of the window units" in said
+    result = learned(_traced_cases(bodies, [True] * 6))
+    said = "\n".join(_learn_lines(result, None))
+    assert result.text_units == 18 and "18 of 18 window units had their text (100.0%)" in said and "warning" not in said
+    # No model trained (too few judged cases; the final choice keeps the current ranking): the count
+    # is said, but nothing was trained without the text columns, so no warning.
+    for result in (learned(before[:3]), learned(before, grid=(None,))):
+        said = "\n".join(_learn_lines(result, None))
+        assert result.model_digest is None and "window units had their text (0.0%)" in said and "warning" not in said
     # A learning kept before the count says nothing of it.
     assert "text columns" not in "\n".join(_learn_lines(attrs.evolve(result, text_units=None), None))
 

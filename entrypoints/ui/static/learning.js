@@ -38,11 +38,14 @@ function learningFacts(r, onApply) {
         ? `${r.chosen_setting}; ${(r.fold_settings || []).join(" | ")}` : "—"],
       ["Model", r.model_digest ? `${r.model_digest.slice(0, 12)} (${r.feature_revision})` : "—"],
     ]),
-    share !== null && share < MIN_TEXT_SHARE
+    // Only a trained model was trained without the missing text columns. The reasons are
+    // candidate_passages' (evaluation/passages.py), as the CLI gives them.
+    share !== null && share < MIN_TEXT_SHARE && r.model_digest
       ? h("p", { class: "msg warn", role: "status", id: "learn-text-warning" },
-        `Only ${(100 * share).toFixed(1)} % of the window units learned from had their text (the others' Runs were `
-        + "recorded before candidates kept their span, or their resources changed since): their text columns were "
-        + "missing in training, while every activation computes them. Record new Runs and learn again.")
+        `Only ${(100 * share).toFixed(1)} % of the window units learned from had their text (the others': no span `
+        + "recorded, as their Run predates spans; the resource not in the frozen corpus; the resource changed after "
+        + "it was indexed; or its frozen body unreadable): the model was trained with their text columns missing, "
+        + "while every activation computes them. Record new Runs and learn again.")
       : null,
     r.proposed ? h("button", { type: "button", id: "learn-apply", onclick: () => onApply(r) }, "Rank with this model") : null);
 }
