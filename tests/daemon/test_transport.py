@@ -4,6 +4,7 @@ several threads, and no server at all is ``DaemonUnavailable``."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import socketserver
 import threading
@@ -24,9 +25,13 @@ class Echo(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: EchoServer
 
+    def setup(self) -> None:
+        super().setup()
+        self.connection_number = self.server.next_connection()  # one handler per accepted connection
+
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        answer = json.dumps({"echo": body, "connection": self.server.connection_of(self)}).encode()
+        answer = json.dumps({"echo": body, "connection": self.connection_number}).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(answer)))
@@ -45,12 +50,14 @@ class EchoServer(socketserver.ThreadingUnixStreamServer):
 
     def __init__(self, path: str) -> None:
         super().__init__(path, Echo)
-        self._ids: dict[int, int] = {}
+        # Numbered as accepted, not by id(handler): a closed connection's handler is freed and a
+        # new one may get its id, which made a new connection look like the closed one.
+        self._numbers = itertools.count(1)
         self._lock = threading.Lock()
 
-    def connection_of(self, handler: BaseHTTPRequestHandler) -> int:
+    def next_connection(self) -> int:
         with self._lock:
-            return self._ids.setdefault(id(handler), len(self._ids) + 1)
+            return next(self._numbers)
 
 
 @pytest.fixture
