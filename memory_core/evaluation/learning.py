@@ -409,10 +409,15 @@ class LearningCase:
     judgments: Judgments
 
 
-def window_records(case: CaseInput) -> list[CandidateRecord]:
-    """The units a case's Run reranked (its recorded window), in fused order: the rows it trains on."""
-    fused = sorted(case.candidates, key=lambda c: (c.rrf_rank, c.unit_id))
-    return [c for c in fused if c.rerank_rank is not None]
+def fused_records(case: CaseInput) -> list[CandidateRecord]:
+    """A case's recorded candidates in fused order."""
+    return sorted(case.candidates, key=lambda c: (c.rrf_rank, c.unit_id))
+
+
+def window_records(case: CaseInput, fused: Sequence[CandidateRecord] | None = None) -> list[CandidateRecord]:
+    """The units a case's Run reranked (its recorded window), in fused order: the rows it trains on.
+    ``fused``: the case's ``fused_records``, when the caller has them already."""
+    return [c for c in (fused_records(case) if fused is None else fused) if c.rerank_rank is not None]
 
 
 def learning_case(case: CaseInput, query: str, read_body: ReadBody, group: str | None = None, *,
@@ -422,8 +427,8 @@ def learning_case(case: CaseInput, query: str, read_body: ReadBody, group: str |
     checked against its unit hash; "" when it cannot be shown). ``read_body``: a frozen body by
     its resource hash (the blob store's ``get``); ``cut``: the texts a whole learning cut once
     (``learning_cases``), else this case's own are cut."""
-    fused = sorted(case.candidates, key=lambda c: (c.rrf_rank, c.unit_id))
-    reranked = window_records(case)
+    fused = fused_records(case)
+    reranked = window_records(case, fused)
     passages = candidate_passages(reranked, case.corpus_hashes, read_body, cut)
     window = tuple(FeatureInput.of_record(c, p.text or "") for c, p in zip(reranked, passages, strict=True))
     tail = tuple(FeatureInput.of_record(c, "") for c in fused if c.rerank_rank is None)  # never featured
