@@ -701,7 +701,27 @@ the request path on Cranfield, load 5-8; per-thread CPU from `/proc/<pid>/task` 
   Whether the embedding beside BM25 pays depends on the load the same way: in process, at a load of
   2.3 the inline order was faster (paired +0.7 ms on Cranfield, +1.2 on CISI), at 3-4 the two were
   equal, and at the ablation's higher load the helper saves time (below); choosing per query from
-  the runnable tasks (`/proc/loadavg`) was not significantly better than either, so it is unchanged."""
+  the runnable tasks (`/proc/loadavg`) was not significantly better than either, so it is unchanged.
+
+**Third pass** (2026-12-07, after the JVM's C1 change; LoCoMo dev's 2,760 turns in a home of their
+own, a real daemon, 300 `call_json` activations back to back after 100 warm-up ones, wall-clock
+stamps at the caller, at the ASGI app's edge and around the dispatch table's call, load 1.6-2.1
+with one experiment on the other core):
+
+- *Outside the engine* (p50, ms; a call took 8.0-8.4, the dispatch table's call 6.6-6.8, of which
+  the engine's own total 6.4-6.6): caller to the app 0.24; the app to the call (the body read,
+  decoded and checked, the hop to a worker thread) 0.33; the answer's encoding on the worker (its
+  unstructure and 6.4 KB of JSON) 0.09; the hop back to the event loop 0.14; the request's log
+  line 0.09; the response's start through Starlette and h11 0.26; its body 0.07; the caller's
+  read 0.16. A call that does nothing (`list_projects`) takes 0.47-0.59 ms there and back.
+  Decoding the answer into `ActivationResponse` took 0.05 ms (300 answers; the 0.4 above was at
+  a load of 5-8). No piece is over 0.35 ms: what is left outside the engine (about 1.4 ms) is
+  spread over the hops and the HTTP framing, each a tenth of a millisecond or two.
+- *The trace's rows beside the next answer*: a pure-Python loop timed beside a thread writing
+  ~180-row traces every 4 ms took 0.69-0.73 ms p50 whether the rows went in by `executemany`
+  (a GIL hand-off at each row) or as multi-row `INSERT ... VALUES` statements of 60 rows (three
+  hand-offs), and 0.66-0.78 alone: the row insert no longer slows the threads beside it, so it
+  is unchanged."""
 
 
 def _ratio(s: Mapping[str, Any], key: str) -> str:
