@@ -45,7 +45,7 @@ from memory_core.evaluation.metrics import Judgments, MetricLevel, RankedItem, g
 from memory_core.evaluation.passages import CutTexts, ReadBody, candidate_passages, cut_texts
 from memory_core.evaluation.report import MIN_CASES_FOR_INTERVAL, CaseInput
 from memory_core.evaluation.statistics import DEFAULT_BOOTSTRAP_RESAMPLES
-from memory_core.evaluation.text_features import TEXT_FEATURES, query_terms, text_rows
+from memory_core.evaluation.text_features import CLUSTER_FEATURES, TEXT_FEATURES, cluster_rows, query_terms, text_rows
 from memory_core.evaluation.tuning import DEFAULT_FOLDS, FOLD_SEED, PairedGain, TuneMetrics, check_folds
 from memory_core.retrieval.pipeline import Candidate, RerankInput
 from memory_core.runs.records import CandidateRecord
@@ -55,7 +55,8 @@ from memory_core.runs.records import CandidateRecord
 # v2: the exact columns come from exact-identity-v3 (a title or heading identifier several
 # resources share matches none of them), so a model trained on v2's exact matches is not reused.
 # v3: three text columns (``text_features``) appended; a v2 model has fewer columns.
-FEATURE_REVISION = "ltr-features-v3"
+# v4: three cluster columns (``text_features.cluster_rows``) appended after the text ones.
+FEATURE_REVISION = "ltr-features-v4"
 MODEL_FORMAT = "memory-core-learned-ranker"
 # Bounds on one training (the adapter bounds rounds and leaves): rows are (case, window unit)
 # pairs; 200,000 rows of ~30 features are ~50 MB as floats and a few seconds of one core. The
@@ -105,7 +106,8 @@ FEATURE_NAMES = (
     "query_terms",
     "window_size",
     "fusion_prior",  # the shipped convex fusion's score: where a model can start from
-    *TEXT_FEATURES,  # the query's stems in the unit's own text (text_features.py); last, after v2's
+    *TEXT_FEATURES,  # the query's stems in the unit's own text (text_features.py); after v2's
+    *CLUSTER_FEATURES,  # how like the window's top units and the rest its text is; last, after v3's
 )
 # ``fusion_prior``: alpha * BM25 / the window's best + (1 - alpha) * the cosine clipped at 0, + 1
 # for an exact match: the default fusion (``ConvexFusionReranker()``) with its weights frozen here,
@@ -211,11 +213,16 @@ def window_features(query: str, window: Sequence[FeatureInput]) -> list[list[flo
             math.fsum(dense) / len(dense) if dense else MISSING,
             math.fsum(u.rrf_score for u in units),
         )
+    priors = [fusion_prior(relative(c.bm25_score), c) for c in window]
     # A unit whose text is not known gets MISSING text columns: NaN, never the values of a text
     # without a match, which would tell the model something false about it.
-    texts = [row or (MISSING,) * len(TEXT_FEATURES) for row in text_rows(query, [c.text for c in window])]
+    unit_texts = [c.text for c in window]
+    texts = [row or (MISSING,) * len(TEXT_FEATURES) for row in text_rows(query, unit_texts)]
+    clusters = [row or (MISSING,) * len(CLUSTER_FEATURES)
+                for row in cluster_rows(unit_texts, priors, [c.resource_id for c in window])]  # fmt: skip
     rows: list[list[float]] = []
-    for position, c, text in zip(range(1, len(window) + 1), window, texts, strict=True):
+    for position, c, prior, text, cluster in zip(range(1, len(window) + 1), window, priors, texts, clusters,
+                                                 strict=True):  # fmt: skip
         count, res_bm25, res_dense, res_mean, res_rrf = aggregates[c.resource_id]
         own_bm25 = relative(c.bm25_score)
         rows.append([
@@ -246,11 +253,17 @@ def window_features(query: str, window: Sequence[FeatureInput]) -> list[list[flo
             _share(terms, c.resource_id.replace("_", " ").replace("-", " ")),
             float(len(terms)),
             float(len(window)),
-            PRIOR_ALPHA * own_bm25 + (1 - PRIOR_ALPHA) * max(0.0, c.dense_similarity or 0.0)
-            + (1.0 if c.exact_rank is not None else 0.0),
+            prior,
             *text,
+            *cluster,
         ])  # fmt: skip
     return rows
+
+
+def fusion_prior(bm25_relative: float, c: FeatureInput) -> float:
+    """The ``fusion_prior`` column: the default fusion's score with its weights frozen (``PRIOR_ALPHA``)."""
+    return (PRIOR_ALPHA * bm25_relative + (1 - PRIOR_ALPHA) * max(0.0, c.dense_similarity or 0.0)
+            + (1.0 if c.exact_rank is not None else 0.0))  # fmt: skip
 
 
 # -- the model and its envelope ---------------------------------------------------------------

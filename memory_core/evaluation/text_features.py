@@ -1,6 +1,8 @@
-"""The learned ranker's text features (``ltr-features-v3``): what the query's words do in each
-unit's own text, computed from the query and the window's unit texts alone, so a trace's window
-(its texts cut from the case's frozen corpus) and a live one (``Unit.text``) give the same values.
+"""The learned ranker's text features: what the query's words do in each unit's own text
+(``TEXT_FEATURES``, ``ltr-features-v3``), and how like the rest of the window each unit's text is
+(``CLUSTER_FEATURES``, ``ltr-features-v4``), computed from the query, the window's unit texts and
+the default fusion's scores alone, so a trace's window (its texts cut from the case's frozen
+corpus) and a live one (``Unit.text``) give the same values.
 
 Query stems: the query's terms (``query_terms``' words, lowercased, of ``MIN_TERM_CHARS`` or more)
 less ``STOPWORDS``, each cut to its first ``STEM_CHARS`` characters, in query order, once each. A
@@ -9,19 +11,32 @@ that (a 3-4 character term) matches only the same word. One compiled regex scans
 unit text once. The window IDF of a stem is ``ln((n + 1) / (df + 0.5))``, ``df`` the window's
 units holding it, ``n`` the window's units with a known text.
 
-Measured before it shipped (docs/ranking.md, "The learned ranker on Cranfield and CISI"): these
-three, of eleven text features tried, carried the gain; the other eight gave none beyond theirs,
-at 2-3x their cost.
+The cluster columns (pseudo-relevance feedback inside the window, and the cluster hypothesis:
+relevant units resemble each other): each known unit's stems (the same stoplist and cut, every
+word of the unit, not only the query's) weighted ``(1 + ln tf) * idf`` with the window IDF and
+L2-normalised; a unit's cosine to the sum of the ``CLUSTER_TOP`` units the default fusion scores
+highest (``fusion_prior``; the unit itself left out of that sum), its mean cosine to the window's
+other known units, and its resource's best of the first.
+
+Measured before they shipped (docs/ranking.md, "The learned ranker on Cranfield and CISI"): the
+three text columns, of eleven tried, carried the text's gain, the other eight none beyond theirs
+at 2-3x their cost; the cluster columns gave Cranfield the significant gain no trace or text
+column had, and scifact-train more (a fifth, each unit's mean cosine to its five nearest units,
+needs every pair's cosine: too slow in pure Python, not shipped).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 import re
+from collections import Counter
 from collections.abc import Sequence
 
 _TERM = re.compile(r"\w+")
 MIN_TERM_CHARS = 3  # shorter tokens ("of", "a", "is") match everywhere and say nothing
+_LONG_TERM = re.compile(rf"\w{{{MIN_TERM_CHARS},}}")  # _TERM's words of MIN_TERM_CHARS or more
 # Five characters: a crude stemmer that folds most suffixes (boundary/boundaries, compute/computation)
 # with no model of morphology, in one regex; the learner weighs how much a match means.
 STEM_CHARS = 5
@@ -106,4 +121,78 @@ def text_rows(query: str, texts: Sequence[str]) -> list[TextRow | None]:
         norm = BM25_K1 * (1 - BM25_B + BM25_B * length / average)
         bm25 = sum((idf[s] * f * (BM25_K1 + 1) / (f + norm) for s, f in sorted(tf.items())), 0.0)
         rows[i] = (bm25, sum(tf.values()) / words, first / length if first >= 0 else 1.0)
+    return rows
+
+
+CLUSTER_FEATURES = (
+    "cluster_top_cosine",  # tf-idf cosine to the sum of the default fusion's top units (itself left out)
+    "cluster_mean_cosine",  # mean tf-idf cosine to the window's other known units
+    "resource_best_top_cosine",  # the best cluster_top_cosine among its resource's units in the window
+)
+CLUSTER_TOP = 5  # the default fusion's top units a window's feedback is taken from
+ClusterRow = tuple[float, float, float]
+_Vector = dict[str, float]
+
+
+def unit_stems(text: str) -> list[str]:
+    """Every word of ``text`` as a stem (module docstring): lowercased, of ``MIN_TERM_CHARS`` or
+    more, not a stopword, cut to ``STEM_CHARS``; in order, repeats kept."""
+    return [w[:STEM_CHARS] for w in _LONG_TERM.findall(text.lower()) if w not in STOPWORDS]
+
+
+# Sums in C (``map``), in a fixed order: the same window gives the same values, trace or live.
+def _dot(a: _Vector, b: _Vector) -> float:
+    if len(b) < len(a):
+        a, b = b, a
+    return float(sum(map(operator.mul, a.values(), map(b.get, a, itertools.repeat(0.0)))))
+
+
+def _norm(v: _Vector) -> float:
+    return math.hypot(*v.values())
+
+
+def _added(vectors: Sequence[_Vector]) -> _Vector:
+    total: _Vector = {}
+    for v in vectors:
+        for s, x in v.items():
+            total[s] = total.get(s, 0.0) + x
+    return total
+
+
+def cluster_rows(texts: Sequence[str], priors: Sequence[float], resources: Sequence[str]) -> list[ClusterRow | None]:
+    """One row of ``CLUSTER_FEATURES`` per unit text, in the window's order (``priors``: each unit's
+    default fusion score, ``resources``: its resource); None for a text that is not known (``""``),
+    which also takes no part in the window's IDF, its top units or another unit's mean. The top
+    units are the ``CLUSTER_TOP`` known ones of highest prior, the earlier in the window on a tie."""
+    known = [i for i, t in enumerate(texts) if t]
+    rows: list[ClusterRow | None] = [None] * len(texts)
+    if not known:
+        return rows
+    counts = [Counter(unit_stems(texts[i])) for i in known]
+    df = Counter(s for c in counts for s in c)
+    n = len(known)
+    idf = {s: math.log((n + 1) / (d + 0.5)) for s, d in df.items()}  # > 0: df <= n
+    vectors: list[_Vector] = []
+    for c in counts:
+        weighted = {s: (1 + math.log(f)) * idf[s] for s, f in c.items()}
+        length = _norm(weighted)
+        vectors.append({s: x / length for s, x in weighted.items()} if length > 0 else {})
+    top = sorted(range(n), key=lambda j: (-priors[known[j]], j))[:CLUSTER_TOP]
+    feedback = _added([vectors[j] for j in top])
+    feedback_length = _norm(feedback)
+    everyone = _added(vectors)
+    own = [0.0] * n
+    for j, v in enumerate(vectors):
+        others, length = feedback, feedback_length
+        if j in top:
+            others = _added([vectors[k] for k in top if k != j])
+            length = _norm(others)
+        own[j] = _dot(v, others) / length if length > 0 else 0.0
+    best: dict[str, float] = {}
+    for j, i in enumerate(known):
+        best[resources[i]] = max(best.get(resources[i], -math.inf), own[j])
+    for j, i in enumerate(known):
+        v = vectors[j]
+        mean = (_dot(v, everyone) - _dot(v, v)) / (n - 1) if n > 1 else 0.0
+        rows[i] = (own[j], mean, best[resources[i]])
     return rows

@@ -239,7 +239,7 @@ def test_learning_reads_each_window_units_text_from_its_cases_frozen_corpus(tmp_
         return case.case_id
 
     result = engine.learn_project("tiny", folds=2, settings=SHIPPED, group_of=group_of)
-    assert result.feature_revision == FEATURE_REVISION == "ltr-features-v3" and len(learned_from) == len(before)
+    assert result.feature_revision == FEATURE_REVISION == "ltr-features-v4" and len(learned_from) == len(before)
     assert 0 < result.cases < len(before)  # some cases learned from, some not
     text_columns = [FEATURE_NAMES.index(n) for n in TEXT_FEATURES]
     for case in learned_from:

@@ -43,7 +43,15 @@ from memory_core.evaluation.learning import (
 from memory_core.evaluation.learning import learning_case as learning_case_of
 from memory_core.evaluation.metrics import Judgments, MetricLevel
 from memory_core.evaluation.report import CaseInput
-from memory_core.evaluation.text_features import STOPWORDS, TEXT_FEATURES, query_stems, text_rows
+from memory_core.evaluation.text_features import (
+    CLUSTER_FEATURES,
+    CLUSTER_TOP,
+    STOPWORDS,
+    TEXT_FEATURES,
+    cluster_rows,
+    query_stems,
+    text_rows,
+)
 from memory_core.retrieval.pipeline import Candidate
 from memory_core.runs.records import CandidateRecord
 
@@ -54,6 +62,7 @@ words = st.sampled_from(["wing", "lift", "drag", "flow", "heat", "the", "of", "B
 text_words = ["wing", "wings", "Lifting", "lift.", "drag", "boundaries", "the", "of", "layer", "x", "\n", "stall"]
 texts = st.just("") | st.lists(st.sampled_from(text_words), min_size=1, max_size=30).map(" ".join)
 TEXT_COLUMNS = [FEATURE_NAMES.index(n) for n in TEXT_FEATURES]
+CLUSTER_COLUMNS = [FEATURE_NAMES.index(n) for n in CLUSTER_FEATURES]
 
 
 @st.composite
@@ -98,11 +107,15 @@ def test_every_unit_gets_one_row_of_every_feature_each_finite_or_missing(
         assert math.isnan(row[names["dense_similarity"]]) == (c.dense_similarity is None)
         assert 0.0 <= row[names["heading_match"]] <= 1.0 and 0.0 <= row[names["title_match"]] <= 1.0
         assert row[names["resource_units"]] == sum(u.resource_id == c.resource_id for u in window)
-        # A unit whose text is not known has every text column missing, and only such a unit.
-        assert [math.isnan(row[i]) for i in TEXT_COLUMNS] == [c.text == ""] * len(TEXT_COLUMNS)
+        # A unit whose text is not known has every text and cluster column missing, and only such a unit.
+        columns = TEXT_COLUMNS + CLUSTER_COLUMNS
+        assert [math.isnan(row[i]) for i in columns] == [c.text == ""] * len(columns)
         if c.text:
             assert row[names["text_bm25_window"]] >= 0.0 and row[names["text_match_density"]] >= 0.0
             assert 0.0 <= row[names["text_first_match"]] <= 1.0
+            # Cosines of non-negative tf-idf vectors; a resource's best is at least its unit's own.
+            assert all(-1e-9 <= row[i] <= 1 + 1e-9 for i in CLUSTER_COLUMNS)
+            assert row[names["resource_best_top_cosine"]] >= row[names["cluster_top_cosine"]]
 
 
 @given(queries, windows)
@@ -143,9 +156,87 @@ def test_the_text_columns_of_a_small_window_by_hand() -> None:
     # Through window_features: the last three columns, NaN for the unit whose text is not known.
     inputs = [attrs.evolve(_case(1, 100).window[i], text=t) for i, t in enumerate(window)]
     rows = window_features("Wings lifting the cat?", inputs)
-    assert FEATURE_NAMES[-3:] == TEXT_FEATURES and FEATURE_NAMES.index("fusion_prior") == len(FEATURE_NAMES) - 4
-    assert rows[0][-3:] == pytest.approx(list(first), abs=1e-12) and rows[2][-3:] == [0.0, 0.0, 1.0]
-    assert all(math.isnan(v) for v in rows[3][-3:])
+    assert [FEATURE_NAMES[i] for i in TEXT_COLUMNS] == list(TEXT_FEATURES) == list(FEATURE_NAMES[-6:-3])
+    assert FEATURE_NAMES.index("fusion_prior") == TEXT_COLUMNS[0] - 1
+    assert [rows[0][i] for i in TEXT_COLUMNS] == pytest.approx(list(first), abs=1e-12)
+    assert [rows[2][i] for i in TEXT_COLUMNS] == [0.0, 0.0, 1.0]
+    assert all(math.isnan(rows[3][i]) for i in TEXT_COLUMNS)
+
+
+# -- the cluster columns (ltr-features-v4), by hand ----------------------------------------------
+def test_the_cluster_columns_of_a_small_window_by_hand() -> None:
+    # Stems (stoplist, 5 characters): "wing lift" -> wing, lift; "drag flow" -> drag, flow;
+    # "wing lift drag" -> wing, lift, drag. n = 3 known units, df: wing 2, lift 2, drag 2, flow 1:
+    # idf ln(4/2.5) for the first three, ln(4/1.5) for flow; every tf is 1, so a weight is its idf.
+    texts = ["wing lift", "drag flow", "", "wing lift drag"]
+    priors = [0.9, 0.1, 5.0, 0.5]  # the unknown unit's prior counts for nothing
+    a, b = math.log(4 / 2.5), math.log(4 / 1.5)
+    u0 = {"wing": a, "lift": a}
+    u1 = {"drag": a, "flow": b}
+    u3 = {"wing": a, "lift": a, "drag": a}
+
+    def unit(v: dict[str, float]) -> dict[str, float]:
+        norm = math.sqrt(sum(x * x for x in v.values()))
+        return {k: x / norm for k, x in v.items()}
+
+    def cos(v: dict[str, float], w: dict[str, float]) -> float:
+        v, w = unit(v), unit(w)
+        return sum(x * w.get(k, 0.0) for k, x in v.items())
+
+    def plus(*vs: dict[str, float]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for v in vs:
+            for k, x in unit(v).items():
+                out[k] = out.get(k, 0.0) + x
+        return out
+
+    # CLUSTER_TOP is 5, so all three known units are the top: each is compared with the other two.
+    assert CLUSTER_TOP >= 3
+    rows = cluster_rows(texts, priors, ["a.md", "b.md", "c.md", "a.md"])
+    assert rows[2] is None
+    expected = [
+        (cos(u0, plus(u1, u3)), (cos(u0, u1) + cos(u0, u3)) / 2),
+        (cos(u1, plus(u0, u3)), (cos(u1, u0) + cos(u1, u3)) / 2),
+        (cos(u3, plus(u0, u1)), (cos(u3, u0) + cos(u3, u1)) / 2),
+    ]
+    for row, (top, mean) in zip([rows[0], rows[1], rows[3]], expected, strict=True):
+        assert row is not None and row[:2] == pytest.approx((top, mean), abs=1e-12)
+    # a.md's best top cosine is the better of its two units'.
+    assert rows[0][2] == rows[3][2] == pytest.approx(max(expected[0][0], expected[2][0]), abs=1e-12)
+    assert rows[1][2] == pytest.approx(expected[1][0], abs=1e-12)
+
+
+def test_the_cluster_top_is_the_default_fusions_best_units_and_a_lone_text_has_nothing_to_resemble() -> None:
+    # Seven units: the top five by prior are the "wing" ones; a "drag" unit outside the top is
+    # compared with all five, and resembles none of them.
+    texts = ["wing lift"] * 5 + ["drag flow", "wing drag"]
+    priors = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4]
+    rows = cluster_rows(texts, priors, [f"r{i}" for i in range(7)])
+    assert rows[5] is not None and rows[5][0] == 0.0
+    assert all(r is not None and r[0] == pytest.approx(1.0) for r in rows[:5])  # each like the other four
+    assert rows[6] is not None and 0.0 < rows[6][0] < 1.0
+    # Ties in the prior: the earlier in the window is in the top (the unit itself left out).
+    tied = cluster_rows(["wing"] * 5 + ["drag"], [1.0] * 6, ["r"] * 6)
+    assert tied[5] is not None and tied[5][0] == 0.0 and tied[0] is not None and tied[0][0] == pytest.approx(1.0)
+    # One known text: no other unit, so nothing to resemble; none known: no row.
+    assert cluster_rows(["wing lift", ""], [0.1, 0.9], ["a", "b"]) == [(0.0, 0.0, 0.0), None]
+    assert cluster_rows(["", ""], [0.0, 0.0], ["a", "b"]) == [None, None] and cluster_rows([], [], []) == []
+    # Only stopwords and short words: a known text with no stems is like nothing.
+    assert cluster_rows(["the of a", "wing"], [1.0, 0.5], ["a", "b"]) == [(0.0, 0.0, 0.0), (0.0, 0.0, 0.0)]
+
+
+@given(windows)
+@settings(max_examples=100, deadline=None)
+def test_the_cluster_columns_do_not_depend_on_unknown_units_or_case(window: list[FeatureInput]) -> None:
+    texts = [c.text for c in window]
+    priors = [float(i % 7) for i in range(len(window))]
+    resources = [c.resource_id for c in window]
+    rows = cluster_rows(texts, priors, resources)
+    # Dropping the units whose text is not known changes no other unit's row.
+    kept = [i for i, t in enumerate(texts) if t]
+    alone = cluster_rows([texts[i] for i in kept], [priors[i] for i in kept], [resources[i] for i in kept])
+    assert [rows[i] for i in kept] == alone
+    assert cluster_rows([t.upper() for t in texts], priors, resources) == rows
 
 
 def test_a_short_stem_matches_only_its_own_word_and_a_stopword_query_matches_nothing() -> None:
@@ -356,10 +447,12 @@ def test_a_model_round_trips_and_a_corrupt_or_foreign_one_is_refused_with_its_re
     with pytest.raises(LearnedModelRefused, match="trained on features 'ltr-features-v0'") as caught:
         read_model(foreign.to_bytes(), foreign.digest)
     assert caught.value.details["reason"] == "feature_revision"
-    # A model of the columns before the text ones (ltr-features-v2) is one of another revision now.
-    before_text = attrs.evolve(model, feature_revision="ltr-features-v2", feature_names=FEATURE_NAMES[:-3])
-    with pytest.raises(LearnedModelRefused, match="trained on features 'ltr-features-v2'"):
-        read_model(before_text.to_bytes(), before_text.digest)
+    # Models of the columns before the text ones (ltr-features-v2) and before the cluster ones
+    # (ltr-features-v3) are of another revision now.
+    for revision, columns in (("ltr-features-v2", FEATURE_NAMES[:-6]), ("ltr-features-v3", FEATURE_NAMES[:-3])):
+        before = attrs.evolve(model, feature_revision=revision, feature_names=columns)
+        with pytest.raises(LearnedModelRefused, match=f"trained on features '{revision}'"):
+            read_model(before.to_bytes(), before.digest)
     renamed = json.loads(data)
     renamed["feature_names"] = list(reversed(renamed["feature_names"]))
     with pytest.raises(LearnedModelRefused):
