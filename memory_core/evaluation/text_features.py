@@ -119,7 +119,7 @@ def text_rows(query: str, texts: Sequence[str]) -> list[TextRow | None]:
     average = sum(s[3] for s in scans) / n
     for i, tf, first, length, words in scans:
         norm = BM25_K1 * (1 - BM25_B + BM25_B * length / average)
-        bm25 = sum((idf[s] * f * (BM25_K1 + 1) / (f + norm) for s, f in sorted(tf.items())), 0.0)
+        bm25 = math.fsum(idf[s] * f * (BM25_K1 + 1) / (f + norm) for s, f in sorted(tf.items()))
         rows[i] = (bm25, sum(tf.values()) / words, first / length if first >= 0 else 1.0)
     return rows
 
@@ -140,11 +140,12 @@ def unit_stems(text: str) -> list[str]:
     return [w[:STEM_CHARS] for w in _LONG_TERM.findall(text.lower()) if w not in STOPWORDS]
 
 
-# Sums in C (``map``), in a fixed order: the same window gives the same values, trace or live.
+# ``math.fsum`` (in C over ``map``): exactly rounded, so the same window gives the same values on
+# every Python (3.12's ``sum`` compensates float sums, 3.11's does not), trace or live.
 def _dot(a: _Vector, b: _Vector) -> float:
     if len(b) < len(a):
         a, b = b, a
-    return float(sum(map(operator.mul, a.values(), map(b.get, a, itertools.repeat(0.0)))))
+    return math.fsum(map(operator.mul, a.values(), map(b.get, a, itertools.repeat(0.0))))
 
 
 def _norm(v: _Vector) -> float:
@@ -177,6 +178,8 @@ def cluster_rows(texts: Sequence[str], priors: Sequence[float], resources: Seque
         weighted = {s: (1 + math.log(f)) * idf[s] for s, f in c.items()}
         length = _norm(weighted)
         vectors.append({s: x / length for s, x in weighted.items()} if length > 0 else {})
+    # A known text with no stems ("Ok!") keeps its place in the top: the top is what the fusion
+    # ranked highest, as measured; its empty vector adds nothing to the feedback.
     top = sorted(range(n), key=lambda j: (-priors[known[j]], j))[:CLUSTER_TOP]
     feedback = _added([vectors[j] for j in top])
     feedback_length = _norm(feedback)

@@ -153,7 +153,7 @@ def test_the_text_columns_of_a_small_window_by_hand() -> None:
     assert first == pytest.approx((2.389167, 3 / 5, 0.0), abs=1e-6)
     assert second == pytest.approx((0.461790, 1 / 4, 15 / 24), abs=1e-6)
     assert none == (0.0, 0.0, 1.0) and unknown is None
-    # Through window_features: the last three columns, NaN for the unit whose text is not known.
+    # Through window_features: the text columns, NaN for the unit whose text is not known.
     inputs = [attrs.evolve(_case(1, 100).window[i], text=t) for i, t in enumerate(window)]
     rows = window_features("Wings lifting the cat?", inputs)
     assert [FEATURE_NAMES[i] for i in TEXT_COLUMNS] == list(TEXT_FEATURES) == list(FEATURE_NAMES[-6:-3])
@@ -223,6 +223,44 @@ def test_the_cluster_top_is_the_default_fusions_best_units_and_a_lone_text_has_n
     assert cluster_rows(["", ""], [0.0, 0.0], ["a", "b"]) == [None, None] and cluster_rows([], [], []) == []
     # Only stopwords and short words: a known text with no stems is like nothing.
     assert cluster_rows(["the of a", "wing"], [1.0, 0.5], ["a", "b"]) == [(0.0, 0.0, 0.0), (0.0, 0.0, 0.0)]
+
+
+def test_the_cluster_top_follows_the_fusion_prior_not_the_window_order_and_takes_five() -> None:
+    # Window order (RRF) puts three "drag" units first, but the default fusion's score (an exact
+    # match, then the cosine) puts the six "wing" units above them: the top is five "wing" units.
+    texts = ["drag flow"] * 3 + ["wing wing lift"] * 6
+    window = [
+        FeatureInput(f"r{i}.md#0", f"r{i}.md", (), 10, 0, 1 if i == 8 else None, 1.0 if i == 8 else None,
+                     i + 1, 10.0, i + 1, i + 1, 0.1 if i < 3 else 0.9 - i / 100, 1 / (61 + i), text=t)
+        for i, t in enumerate(texts)
+    ]  # fmt: skip
+    rows = window_features("wing", window)
+    prior = FEATURE_NAMES.index("fusion_prior")
+    priors = [r[prior] for r in rows]
+    assert sorted(range(9), key=lambda i: -priors[i])[:5] == [8, 3, 4, 5, 6]  # not the window's first five
+    clusters = cluster_rows(texts, priors, [c.resource_id for c in window])
+    assert [[r[i] for i in CLUSTER_COLUMNS] for r in rows] == [list(c) for c in clusters if c is not None]
+    # The "drag" units are in no top: like nothing there. The sixth "wing" unit (r7, outside the
+    # top of five) is compared with all five, each top unit with the other four: all alike.
+    assert all(r[CLUSTER_COLUMNS[0]] == 0.0 for r in rows[:3])
+    assert all(r[CLUSTER_COLUMNS[0]] == pytest.approx(1.0) for r in rows[3:])
+    # The top is five: by prior four "wing", a "lift", a "drag", then another "drag" and "lift".
+    # The last "lift" resembles the top only if the fifth is in it, the last "drag" only if the sixth is.
+    texts = ["wing"] * 4 + ["lift", "drag", "drag", "lift"]
+    sized = cluster_rows(texts, [8, 7, 6, 5, 4, 3, 2, 1], list("abcdefgh"))
+    assert sized[7] is not None and sized[7][0] > 0.0 and sized[6] is not None and sized[6][0] == 0.0
+
+
+def test_a_repeated_word_weighs_one_plus_the_log_of_its_count() -> None:
+    # "wing wing wing lift" against "wing" alone: weights (1 + ln 3) idf(wing) and idf(lift),
+    # df: wing 3, lift 1, drag 1 over n = 3, idf = ln(4 / (df + 0.5)).
+    texts = ["wing wing wing lift", "wing", "wing drag"]
+    iw, il, idr = math.log(4 / 3.5), math.log(4 / 1.5), math.log(4 / 1.5)
+    a = [(1 + math.log(3)) * iw, il]
+    cos_ab = a[0] * iw / (math.hypot(*a) * iw)
+    rows = cluster_rows(texts, [1.0, 0.5, 0.1], ["a", "b", "c"])
+    cos_ac = a[0] * iw / (math.hypot(*a) * math.hypot(iw, idr))
+    assert rows[0] is not None and rows[0][1] == pytest.approx((cos_ab + cos_ac) / 2, abs=1e-12)
 
 
 @given(windows)
