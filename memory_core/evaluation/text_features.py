@@ -27,6 +27,7 @@ needs every pair's cosine: too slow in pure Python, not shipped).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import operator
@@ -140,6 +141,17 @@ def unit_stems(text: str) -> list[str]:
     return [w[:STEM_CHARS] for w in _LONG_TERM.findall(text.lower()) if w not in STOPWORDS]
 
 
+# A unit's stems are a function of its text alone, and an activation's window mostly holds units
+# earlier windows held: counted once, they are most of the cluster columns' cost (``cluster_rows``
+# reads them, never changes them). 2,048 units of a few hundred stems are some 10 MB at most.
+STEM_CACHE_UNITS = 2048
+
+
+@functools.lru_cache(maxsize=STEM_CACHE_UNITS)
+def _stem_counts(text: str) -> Counter[str]:
+    return Counter(unit_stems(text))
+
+
 # ``math.fsum`` (in C over ``map``): exactly rounded, so the same window gives the same values on
 # every Python (3.12's ``sum`` compensates float sums, 3.11's does not), trace or live.
 def _dot(a: _Vector, b: _Vector) -> float:
@@ -169,7 +181,7 @@ def cluster_rows(texts: Sequence[str], priors: Sequence[float], resources: Seque
     rows: list[ClusterRow | None] = [None] * len(texts)
     if not known:
         return rows
-    counts = [Counter(unit_stems(texts[i])) for i in known]
+    counts = [_stem_counts(texts[i]) for i in known]
     df = Counter(s for c in counts for s in c)
     n = len(known)
     idf = {s: math.log((n + 1) / (d + 0.5)) for s, d in df.items()}  # > 0: df <= n
