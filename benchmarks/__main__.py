@@ -26,6 +26,7 @@ MODULES = [
     "evaluation_scale",
     "tuning",
     "learning",
+    "learning_curve",
 ]
 
 HEADER = """# Performance
