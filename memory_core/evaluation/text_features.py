@@ -143,7 +143,8 @@ def unit_stems(text: str) -> list[str]:
 
 # A unit's stems are a function of its text alone, and an activation's window mostly holds units
 # earlier windows held: counted once, they are most of the cluster columns' cost (``cluster_rows``
-# reads them, never changes them). 2,048 units of a few hundred stems are some 10 MB at most.
+# reads them, never changes them). 2,048 prose units of up to 256 tokens are some 10-20 MB with
+# their texts; about 45 MB if every unit had 256 distinct stems.
 STEM_CACHE_UNITS = 2048
 
 
