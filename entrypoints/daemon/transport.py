@@ -8,7 +8,10 @@ exception types, which ``DaemonClient`` already turns into ``DaemonUnavailable``
 
 Connections are pooled (a caller on several threads, such as the MCP server, gets one each); an
 idle connection the daemon has closed (uvicorn closes a connection idle for 5 s) is seen readable
-before reuse and dropped, as httpx does; a request is never sent twice.
+before reuse and dropped, as httpx does. The daemon can close it between that look and the
+request's first byte (a caller idle for just the keep-alive time): the write then fails before
+the daemon read anything, and the request goes once more on a new connection. A request the
+daemon may have read is never sent again.
 """
 
 from __future__ import annotations
@@ -78,10 +81,19 @@ class UnixSocketHTTP:
         self._closed = False
 
     def post(self, url: str, *, content: bytes, headers: Mapping[str, str]) -> Reply:
-        connection = self._take()
+        connection, reused = self._take()
         try:
             try:
-                connection.request("POST", url, body=content, headers=dict(headers))
+                try:
+                    connection.request("POST", url, body=content, headers=dict(headers))
+                except (BrokenPipeError, ConnectionResetError):
+                    if not reused:
+                        raise
+                    # A kept-alive connection the daemon closed after ``stale`` looked: it refused
+                    # the request's bytes, so none of it was read; it goes on a new connection.
+                    connection.close()
+                    connection = _Connection(self._path, self._timeout, self._connect_timeout)
+                    connection.request("POST", url, body=content, headers=dict(headers))
             except TimeoutError as exc:
                 raise httpx.ConnectTimeout(f"connecting to {self._path}: {exc}") from exc
             except OSError as exc:
@@ -104,14 +116,15 @@ class UnixSocketHTTP:
             self._give_back(connection)
         return reply
 
-    def _take(self) -> _Connection:
+    def _take(self) -> tuple[_Connection, bool]:
+        """An idle connection that looks open (True: reused), else a new one (False)."""
         with self._lock:
             while self._idle:
                 connection = self._idle.pop()
                 if not connection.stale():
-                    return connection
+                    return connection, True
                 connection.close()
-        return _Connection(self._path, self._timeout, self._connect_timeout)
+        return _Connection(self._path, self._timeout, self._connect_timeout), False
 
     def _give_back(self, connection: _Connection) -> None:
         with self._lock:

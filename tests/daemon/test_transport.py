@@ -17,6 +17,7 @@ import pytest
 
 from memory_core.entrypoints.daemon import api
 from memory_core.entrypoints.daemon.client import DaemonClient
+from memory_core.entrypoints.daemon.transport import _Connection
 
 
 class Echo(BaseHTTPRequestHandler):
@@ -31,6 +32,7 @@ class Echo(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        self.server.bodies.append(body)
         answer = json.dumps({"echo": body, "connection": self.connection_number}).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
@@ -54,6 +56,7 @@ class EchoServer(socketserver.ThreadingUnixStreamServer):
         # new one may get its id, which made a new connection look like the closed one.
         self._numbers = itertools.count(1)
         self._lock = threading.Lock()
+        self.bodies: list[dict[str, object]] = []  # every request body read, in order
 
     def next_connection(self) -> int:
         with self._lock:
@@ -88,6 +91,23 @@ def test_a_connection_the_server_closed_is_not_reused(server: tuple[EchoServer, 
         second = client.call_json("runtime_status", {"n": 2})
     assert second["echo"] == {"n": 2}
     assert second["connection"] != first["connection"]
+
+
+def test_a_connection_closed_after_its_look_sends_the_request_once_on_a_new_one(
+    server: tuple[EchoServer, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The daemon's keep-alive timer can close an idle connection just after the client looked at
+    # it (a caller idle for exactly that long): here the look always says open. The request's
+    # bytes are refused (a broken pipe), the daemon read none of them, so it goes once more on a
+    # new connection, and the daemon reads it once.
+    srv, path = server
+    monkeypatch.setattr(_Connection, "stale", lambda self: False)
+    with DaemonClient(path, timeout=10) as client:
+        first = client.call_json("runtime_status", {"hang_up": True})
+        threading.Event().wait(0.2)  # the server has closed the idle connection
+        second = client.call_json("runtime_status", {"n": 2})
+    assert second["echo"] == {"n": 2} and second["connection"] != first["connection"]
+    assert srv.bodies == [{"hang_up": True}, {"n": 2}]
 
 
 def test_callers_on_several_threads_each_get_their_own_answer(server: tuple[EchoServer, Path]) -> None:
