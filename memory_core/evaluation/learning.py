@@ -75,6 +75,10 @@ TOP_IMPORTANCES = 10
 # frozen corpus or changed, its body unreadable) while every activation computes them: a learning
 # that trained a model says so.
 MIN_TEXT_SHARE = 0.9
+# Fewer judged cases than this and a verdict without a proposal says it is usual: on the development
+# collections `eval learn` first proposed a model at about 200 cases (conversations) and 400
+# (scientific claims), declining with fewer (docs/evaluation.md, "How many judged cases it needs").
+CASES_USUALLY_NEEDED = 400
 MISSING = math.nan  # a stage that did not rank the unit: the learner treats NaN as missing
 
 FEATURE_NAMES = (
@@ -835,7 +839,8 @@ def learn(
     needed = max(MIN_CASES_FOR_INTERVAL, folds)
     if len(judged) < needed or groups < folds:
         verdict = (f"too few judged cases to cross-validate: {len(judged)} cases in {groups} group(s); "
-                   f"{folds}-fold cross-validation needs at least {needed} cases in {folds} groups")  # fmt: skip
+                   f"{folds}-fold cross-validation needs at least {needed} cases in {folds} groups"
+                   + few_cases_note(len(judged)))  # fmt: skip
         return LearnResult(verdict=verdict, trainer=trainer(LearnerSetting()), seconds=round(clock() - t0, 3),
                            **base), None  # fmt: skip
     check_work(judged, settings, folds, inner_folds)  # the one bound on the work, before any training
@@ -861,13 +866,14 @@ def learn(
     if setting is None:
         proposed = False
         verdict = (f"no proposal: cross-validation over all cases keeps the current ranking, no learned "
-                   f"setting beat it ({said})")  # fmt: skip
+                   f"setting beat it ({said})" + few_cases_note(len(judged)))  # fmt: skip
     else:
         final = fit(fitter.data(judged), setting)
         model = LearnedModel(trainer=trainer(setting), model=final.model, level=level.value)
         ranked = sorted(final.importances, key=lambda f: (-f.share, f.feature))[:TOP_IMPORTANCES]
         proposed = gain.gain_low > 0
-        verdict = f"proposed: {said}" if proposed else f"no proposal: the interval does not lie above 0 ({said})"
+        verdict = (f"proposed: {said}" if proposed
+                   else f"no proposal: the interval does not lie above 0 ({said})" + few_cases_note(len(judged)))
     progress("training", most, most)
     result = LearnResult(
         trainer=trainer(setting if setting is not None else LearnerSetting()),
@@ -884,6 +890,16 @@ def learn(
         **base,
     )
     return result, model
+
+
+def few_cases_note(cases: int) -> str:
+    """What a verdict without a proposal adds when the project has few judged cases: it is usual,
+    and how many helped elsewhere (``CASES_USUALLY_NEEDED``)."""
+    if cases >= CASES_USUALLY_NEEDED:
+        return ""
+    return (f"; with {cases} judged cases that is usual: on the development collections a model was first "
+            f"proposed at about 200 (conversations) to {CASES_USUALLY_NEEDED} (scientific claims) judged cases, "
+            "so judge more and learn again")
 
 
 def importances_of(names: Sequence[str], gains: Sequence[float]) -> tuple[FeatureImportance, ...]:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from memory_core.domain.evaluation_errors import LearnedModelRefused
 from memory_core.domain.model import Unit, unit_hash_of
 from memory_core.evaluation.learning import (
+    CASES_USUALLY_NEEDED,
     FEATURE_NAMES,
     FEATURE_REVISION,
     KEEP_CURRENT_LABEL,
@@ -27,6 +28,7 @@ from memory_core.evaluation.learning import (
     LearnerSetting,
     LearningCase,
     RankingData,
+    few_cases_note,
     fold_groups,
     importances_of,
     learn,
@@ -585,6 +587,8 @@ def test_a_ranker_that_does_not_generalise_is_not_proposed_and_says_so() -> None
     result, model = _learn(cases, settings=(LearnerSetting(),))
     assert not result.proposed and result.verdict.startswith("no proposal: the interval")  # type: ignore[attr-defined]
     assert model is not None and result.fold_settings == (LearnerSetting().label,) * 5  # type: ignore[attr-defined]
+    # 30 judged cases: the verdict says that declining is usual with so few, and how many helped elsewhere.
+    assert result.verdict.endswith(few_cases_note(30)) and "with 30 judged cases that is usual" in result.verdict  # type: ignore[attr-defined]
 
 
 def test_no_fit_of_an_outer_fold_ever_sees_its_held_out_group_not_even_an_inner_one() -> None:
@@ -643,13 +647,22 @@ def test_the_current_ranking_is_kept_when_no_setting_beats_it_and_nothing_is_pro
     assert model is None and not result.proposed and result.model_digest is None
     assert result.chosen_setting == KEEP_CURRENT_LABEL and result.fold_settings == (KEEP_CURRENT_LABEL,) * 5
     assert "keeps the current ranking" in result.verdict and result.verdict.startswith("no proposal")
+    assert result.verdict.endswith(few_cases_note(30))
     assert result.gain == 0.0 and result.cross_validated == result.current_metrics  # every fold kept it
     assert fitted and set(fitted) == {s for s in SETTINGS if s is not None}  # every setting was tried
+
+
+def test_the_few_cases_note_names_the_count_below_the_usual_need_and_is_silent_from_it() -> None:
+    assert few_cases_note(CASES_USUALLY_NEEDED) == "" and few_cases_note(5_000) == ""
+    note = few_cases_note(CASES_USUALLY_NEEDED - 1)
+    assert note.startswith(f"; with {CASES_USUALLY_NEEDED - 1} judged cases that is usual")
+    assert "about 200 (conversations)" in note and f"{CASES_USUALLY_NEEDED} (scientific claims)" in note
 
 
 def test_too_few_cases_or_groups_propose_nothing_and_say_why() -> None:
     result, model = _learn([_case(n, 900) for n in range(4)])
     assert not result.proposed and model is None and "too few judged cases" in result.verdict  # type: ignore[attr-defined]
+    assert result.verdict.endswith(few_cases_note(result.cases))  # type: ignore[attr-defined]
     grouped = [_case(n, 900, group=f"g{n % 2}") for n in range(20)]
     result, model = _learn(grouped)
     assert model is None and "in 2 group(s)" in result.verdict  # type: ignore[attr-defined]
