@@ -72,6 +72,9 @@ def query_words(text: str) -> list[str]:
     return [t for t in _TERM.findall(text.lower()) if len(t) >= MIN_TERM_CHARS]
 
 
+# A window's rows read the terms of each unit's headings and resource id, which recur from window
+# to window: kept for the 4,096 texts last asked (a few words each).
+@functools.lru_cache(maxsize=4096)
 def query_terms(text: str) -> frozenset[str]:
     return frozenset(query_words(text))
 
@@ -79,6 +82,9 @@ def query_terms(text: str) -> frozenset[str]:
 def query_stems(query: str) -> tuple[str, ...]:
     """The query's stems (module docstring), in query order, once each."""
     return tuple(dict.fromkeys(w[:STEM_CHARS] for w in query_words(query) if w not in STOPWORDS))
+
+
+_STEM_OF = operator.itemgetter(slice(STEM_CHARS))  # a matched word's stem
 
 
 def stem_pattern(stems: Sequence[str]) -> re.Pattern[str]:
@@ -105,13 +111,11 @@ def text_rows(query: str, texts: Sequence[str]) -> list[TextRow | None]:
     scans: list[tuple[int, dict[int, int], int, int, int]] = []  # unit, tf by stem, first match, length, words
     for i in known:
         low = texts[i].lower()
-        tf: dict[int, int] = {}
-        first = -1
-        for m in pattern.finditer(low):
-            stem = index[m.group()[:STEM_CHARS]]  # a short stem matched only itself: the whole word
-            tf[stem] = tf.get(stem, 0) + 1
-            if first < 0:
-                first = m.start()
+        # A short stem matched only itself (the whole word); a long one any word it begins.
+        matched = Counter(map(_STEM_OF, pattern.findall(low)))
+        tf = {index[stem]: f for stem, f in matched.items()}
+        hit = pattern.search(low) if tf else None
+        first = hit.start() if hit is not None else -1
         for stem in tf:
             df[stem] += 1
         scans.append((i, tf, first, max(1, len(low)), max(1, low.count(" ") + low.count("\n") + 1)))
@@ -149,8 +153,9 @@ STEM_CACHE_UNITS = 2048
 
 
 @functools.lru_cache(maxsize=STEM_CACHE_UNITS)
-def _stem_counts(text: str) -> Counter[str]:
-    return Counter(unit_stems(text))
+def _log_tf(text: str) -> _Vector:
+    """Each stem of ``text`` and its tf weight, 1 + ln tf (a function of the text alone)."""
+    return {s: 1 + math.log(f) for s, f in Counter(unit_stems(text)).items()}
 
 
 # ``math.fsum`` (in C over ``map``): exactly rounded, so the same window gives the same values on
@@ -167,10 +172,13 @@ def _norm(v: _Vector) -> float:
 
 def _added(vectors: Sequence[_Vector]) -> _Vector:
     total: _Vector = {}
-    for v in vectors:
-        for s, x in v.items():
-            total[s] = total.get(s, 0.0) + x
+    for v in vectors:  # each stem's sum in the vectors' order: total + x, a vector at a time, in C
+        total.update(zip(v, map(operator.add, map(total.get, v, itertools.repeat(0.0)), v.values()), strict=True))
     return total
+
+
+def _squared(v: _Vector) -> float:
+    return math.fsum(map(operator.mul, v.values(), v.values()))
 
 
 def cluster_rows(texts: Sequence[str], priors: Sequence[float], resources: Sequence[str]) -> list[ClusterRow | None]:
@@ -182,15 +190,19 @@ def cluster_rows(texts: Sequence[str], priors: Sequence[float], resources: Seque
     rows: list[ClusterRow | None] = [None] * len(texts)
     if not known:
         return rows
-    counts = [_stem_counts(texts[i]) for i in known]
-    df = Counter(s for c in counts for s in c)
+    tfs = [_log_tf(texts[i]) for i in known]
+    df: Counter[str] = Counter()
+    for tf in tfs:
+        df.update(tf.keys())  # counted in C: a window holds thousands of stems
     n = len(known)
     idf = {s: math.log((n + 1) / (d + 0.5)) for s, d in df.items()}  # > 0: df <= n
     vectors: list[_Vector] = []
-    for c in counts:
-        weighted = {s: (1 + math.log(f)) * idf[s] for s, f in c.items()}
+    for tf in tfs:
+        # The same products and quotients a comprehension would make, in C (map over the keys).
+        weighted = dict(zip(tf, map(operator.mul, tf.values(), map(idf.__getitem__, tf)), strict=True))
         length = _norm(weighted)
-        vectors.append({s: x / length for s, x in weighted.items()} if length > 0 else {})
+        scaled = map(operator.truediv, weighted.values(), itertools.repeat(length))
+        vectors.append(dict(zip(weighted, scaled, strict=True)) if length > 0 else {})
     # A known text with no stems ("Ok!") keeps its place in the top: the top is what the fusion
     # ranked highest, as measured; its empty vector adds nothing to the feedback.
     top = sorted(range(n), key=lambda j: (-priors[known[j]], j))[:CLUSTER_TOP]
@@ -209,6 +221,6 @@ def cluster_rows(texts: Sequence[str], priors: Sequence[float], resources: Seque
         best[resources[i]] = max(best.get(resources[i], -math.inf), own[j])
     for j, i in enumerate(known):
         v = vectors[j]
-        mean = (_dot(v, everyone) - _dot(v, v)) / (n - 1) if n > 1 else 0.0
+        mean = (_dot(v, everyone) - _squared(v)) / (n - 1) if n > 1 else 0.0
         rows[i] = (own[j], mean, best[resources[i]])
     return rows
