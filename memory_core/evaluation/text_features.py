@@ -147,8 +147,8 @@ def unit_stems(text: str) -> list[str]:
 
 # A unit's stems are a function of its text alone, and an activation's window mostly holds units
 # earlier windows held: counted once, they are most of the cluster columns' cost (``cluster_rows``
-# reads them, never changes them). 2,048 prose units of up to 256 tokens are some 10-20 MB with
-# their texts; about 45 MB if every unit had 256 distinct stems.
+# reads them, never changes them). Held as each stem's tf weight: Cranfield's 1,782 units take
+# 8.5 MiB beside their texts, 2,048 units of 256 distinct stems each 52 MiB (tracemalloc).
 STEM_CACHE_UNITS = 2048
 
 
