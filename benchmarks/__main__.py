@@ -12,6 +12,7 @@ MODULES = [
     "cranfield_quality",
     "activation_latency",
     "embedder_paths",
+    "query_embedding",
     "models",
     "live_memory",
     "indexing",

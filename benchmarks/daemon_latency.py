@@ -753,6 +753,8 @@ BEFORE_AFTER_RUNS = (
     ("9", "before_after_c1"),
     ("9 isolated", "before_after_c1_pause40"),
     ("10", "before_after_early_embedding"),
+    ("11", "before_after_embedding_inline"),  # benchmarks/query_embedding.py reads 11 and 12 by label
+    ("12", "before_after_bm25_beside"),
 )
 
 
