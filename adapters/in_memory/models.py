@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -13,6 +13,7 @@ from memory_core.domain.model_registry_errors import HOME, ModelExists, model_in
 from memory_core.domain.models import ModelOverrides, ModelSpec
 from memory_core.ports import Embedder, Reranker
 from memory_core.ports.models import RESERVED_NAMES, ModelChoice, RegisteredModel
+from memory_core.retrieval.pipeline import RerankInput
 
 
 class InMemoryModelStore:
@@ -99,6 +100,19 @@ class SpecEmbedder(HashingEmbedder):
         return super()._embed(f"{self.spec.revision[:8]}{text}".replace(" ", f" {self.spec.revision[:8]}"))
 
 
+class SpecReranker:
+    """A cross-encoder standing in for a registered one in core tests: each candidate's score is
+    the share of the query's words in its text (no model, no score range: as a real cross-encoder's,
+    its scores are not what a trace records); its revision names the spec and the pair cut."""
+
+    def __init__(self, spec: ModelSpec, max_tokens: int | None) -> None:
+        self.revision = f"cross-encoder:fake@{spec.revision[:12]}" + (f"+max{max_tokens}" if max_tokens else "")
+
+    def rerank(self, query: str, candidates: Sequence[RerankInput]) -> list[float]:
+        words = set(query.lower().split())
+        return [len(words & set(c.text.lower().split())) / max(1, len(words)) for c in candidates]
+
+
 class InMemoryModelLoader:
     """``ModelLoader`` over specs registered by path (``put``); any other path is
     ``ModelUnavailable``, as a directory without a model is."""
@@ -120,4 +134,4 @@ class InMemoryModelLoader:
         return SpecEmbedder(spec)
 
     def reranker(self, spec: ModelSpec, batch: int, max_tokens: int | None) -> Reranker:
-        raise ModelUnavailable("the in-memory loader has no cross-encoder", model=spec.path)
+        return SpecReranker(spec, max_tokens)

@@ -35,6 +35,7 @@ from memory_core.ports import (
     VectorIndexFactory,
 )
 from memory_core.ports.learning import RankLearner
+from memory_core.ports.models import NO_RERANKER, ModelChoice
 from memory_core.ports.profiles import ProfileStore
 from memory_core.ports.runs import RunRecorder, RunStore
 from memory_core.retrieval.activation_state import ActivationState
@@ -55,7 +56,7 @@ from memory_core.services.local_storage import (
 )
 from memory_core.services.models import ModelRegistry, ModelView, ProjectModels
 from memory_core.services.open_generations import OpenGenerations
-from memory_core.services.profiles import ProfileView, ProjectProfiles
+from memory_core.services.profiles import ProfileView, ProjectProfiles, two_window_rerankers
 from memory_core.services.tuning import tune_project
 
 log = logging.getLogger(__name__)
@@ -293,7 +294,18 @@ class Engine:
         daemon's watcher) or at the next ``memcore index``; the current generation serves meanwhile."""
         if name is not None:
             self.catalog.get_project(name)
-        self._models().set_choice(name, embedding=embedding, reranker=reranker)
+        models = self._models()
+        if reranker is not None and reranker != NO_RERANKER:
+            models.check_choice(ModelChoice(embedding, reranker))  # an unknown model is named as such first
+            # The home default's cross-encoder reaches every project that chose none of its own.
+            reached = [name] if name is not None else [
+                p.project_id for p in self.catalog.list_projects() if models.chosen(p.project_id).reranker is None
+            ]  # fmt: skip
+            for project_id in reached:
+                digest = self._profiles.learned_model_of(project_id)
+                if digest is not None:
+                    raise two_window_rerankers(project_id, digest, reranker)
+        models.set_choice(name, embedding=embedding, reranker=reranker)
         return self.project_models(name)
 
     def query_embedder(self, generation: Generation) -> Embedder:
@@ -314,9 +326,7 @@ class Engine:
     def ranking_for(self, project_id: str) -> Ranking:
         """The profile and reranker ``project_id`` ranks with: its own profile, else the defaults;
         a cross-encoder the project chose (issue 33) rescores the profile's rerank window."""
-        ranking = self._profiles.ranking_for(project_id)
-        cross_encoder = self._cross_encoder(project_id, ranking.profile)
-        return ranking if cross_encoder is None else attrs.evolve(ranking, reranker=cross_encoder)
+        return self._profiles.in_use(project_id)
 
     def _cross_encoder(self, project_id: str, profile: RankingProfile) -> Reranker | None:
         """The project's cross-encoder (None: none) with its profile's batch and maximum length."""

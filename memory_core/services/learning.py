@@ -74,7 +74,7 @@ def learn_project(
     check_folds(folds)
     if learner is None:
         raise InvalidRequest("this engine has no learner (a learning-to-rank library) to learn with")
-    current = _replayable(profiles.ranking_for(project_id).reranker)
+    current = _replayable(profiles.in_use(project_id).reranker)  # what the project ranks with now
     usable = evaluation.cases_to_learn_from(project_id, include_unreviewed=include_unreviewed, verb="learn",
                                             use="to learn from")  # fmt: skip
     inputs = evaluation.case_inputs(usable, progress=progress)

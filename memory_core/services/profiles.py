@@ -94,6 +94,21 @@ class ProjectProfiles:
         self._parsed[project_id] = (key, ranking)
         return ranking
 
+    def in_use(self, project_id: str) -> Ranking:
+        """What ``project_id`` ranks with: its profile, its cross-encoder (if it chose one, issue 33)
+        rescoring the rerank window in place of the profile's reranker. A learned model and a
+        cross-encoder never both apply: ``set`` and a model choice refuse the pair
+        (``two_window_rerankers``); a home that had both from before ranks with the cross-encoder."""
+        ranking = self.ranking_for(project_id)
+        cross_encoder = self.cross_encoder(project_id, ranking.profile) if self.cross_encoder is not None else None
+        return ranking if cross_encoder is None else attrs.evolve(ranking, reranker=cross_encoder)
+
+    def learned_model_of(self, project_id: str) -> str | None:
+        """The digest of the learned model the project's profile in use names (None: none)."""
+        stored = self.store.latest_profile(project_id) if self.store is not None else None
+        digest = stored.settings.get(LEARNED_MODEL) if stored is not None else None
+        return str(digest) if digest is not None else None
+
     def _store(self) -> ProfileStore:
         if self.store is None:
             raise InvalidRequest("this engine keeps no project profiles (it has no profile store)")
@@ -106,16 +121,17 @@ class ProjectProfiles:
         settings.update({k: getattr(ranking.profile, k) for k in PROFILE_KEYS})
         if is_fusion(ranking.reranker):
             settings.update(ranking.reranker.settings())  # type: ignore[attr-defined]
-        cross_encoder = self.cross_encoder(project_id, ranking.profile) if self.cross_encoder is not None else None
-        reranker = cross_encoder if cross_encoder is not None else ranking.reranker
         return ProfileView(project_id, history[-1] if history else None, settings, ranking.profile.revision,
-                           reranker.revision, history)  # fmt: skip
+                           self.in_use(project_id).reranker.revision, history)  # fmt: skip
 
     def set(self, project_id: str, settings: object, source: str = FROM_FILE) -> ProfileView:
         """Check ``settings`` whole, then store them as the project's next version."""
         if not isinstance(settings, Mapping):
             raise InvalidRequest("a ranking profile is a JSON object of settings")
-        self._with_learned_model(project_id, settings, self.ranking_of(settings), strict=True)  # raises: nothing stored
+        ranking = self._with_learned_model(project_id, settings, self.ranking_of(settings), strict=True)  # raises
+        cross_encoder = self.cross_encoder(project_id, ranking.profile) if self.cross_encoder is not None else None
+        if cross_encoder is not None and settings.get(LEARNED_MODEL) is not None:
+            raise two_window_rerankers(project_id, str(settings[LEARNED_MODEL]), cross_encoder.revision)
         self._store().add_profile(project_id, settings, source)
         return self.show(project_id)
 
@@ -204,3 +220,16 @@ class ProjectProfiles:
         settings = {**(stored.settings if stored is not None else {}), LEARNED_MODEL: learning.model_digest,
                     "name": f"learned-{learn_id[-8:].lower()}"}  # fmt: skip
         return self.set(project_id, settings, source=f"learn:{learn_id}")
+
+
+def two_window_rerankers(project_id: str, digest: str, cross_encoder: str) -> InvalidRequest:
+    """The refusal of a learned model and a cross-encoder for one project: both rescore its whole
+    rerank window, so it ranks with one or the other (what a learning compared with is the fusion)."""
+    return InvalidRequest(
+        f"project {project_id!r} would rank with learned model {digest[:12]} and cross-encoder {cross_encoder}: "
+        f"both rescore the rerank window, so a project ranks with one. Choose no cross-encoder for it "
+        f"(`memcore project set {project_id} --reranker none`) or a profile without the learned model first",
+        project=project_id,
+        learned_model=digest[:12],
+        reranker=cross_encoder,
+    )

@@ -16,6 +16,7 @@ import pytest
 
 from memory_core.domain.errors import InvalidRequest
 from memory_core.domain.evaluation_errors import LearnedModelRefused, LearningNotFound
+from memory_core.domain.model_registry_errors import ModelNotFound
 from memory_core.evaluation.learning import (
     FEATURE_NAMES,
     FEATURE_REVISION,
@@ -33,6 +34,7 @@ from memory_core.evaluation.text_features import TEXT_FEATURES
 from memory_core.services.beir_import import import_beir
 from tests.core.test_evaluation import memory_workspace, write_beir
 from tests.core.test_learning import _same
+from tests.core.test_project_models import loader, spec
 from tests.core.test_project_profiles import (
     QUERIES,
     deploy_workspace,
@@ -118,6 +120,40 @@ def test_a_profile_with_a_learned_model_ranks_with_it_and_every_run_and_replay_r
     restored = engine.restore_project_profile("demo", 0)
     assert restored.reranker.startswith("convex-fusion")
     assert engine.restore_project_profile("demo", view.in_use.version).reranker == view.reranker
+
+
+def test_a_learned_model_and_a_cross_encoder_never_rank_one_project_together() -> None:
+    # Both rescore the whole rerank window, so every change that would give a project both is
+    # refused, naming both, and changes nothing; learning compares with what the project ranks with.
+    engine = engine_with_other()
+    judged_cases(engine, reviewed=True)
+    proposal = learned(engine)
+    loader(engine).put(spec("/models/ce", kind="reranker", revision="d" * 64))
+    engine.add_model("ce", "/models/ce")
+    learned_view = engine.set_profile_from_learning("demo", proposal.learn_id)
+    both = f"'demo' would rank with learned model {proposal.model_digest[:12]} and cross-encoder"
+    for project in ("demo", None):  # its own choice, and the home default's, which reaches it
+        with pytest.raises(InvalidRequest, match=both) as refused:
+            engine.set_project_models(project, reranker="ce")
+        assert refused.value.details["learned_model"] == proposal.model_digest[:12]
+        assert engine.project_models(project).chosen.reranker is None
+    with pytest.raises(ModelNotFound):  # an unknown model is named as such, not as the pair
+        engine.set_project_models("demo", reranker="nope")
+    assert engine.set_project_models("other", reranker="ce").reranker == "ce"  # no learned model there
+    assert recorded(engine, engine.activate("demo", QUERIES[0]).response.run_id) == learned_view.reranker
+
+    engine.restore_project_profile("demo", 0)  # the defaults: no learned model
+    assert engine.set_project_models("demo", reranker="ce").reranker == "ce"
+    ranking_now = engine.project_profile("demo")
+    for refused_change in (lambda: engine.set_profile_from_learning("demo", proposal.learn_id),
+                           lambda: engine.restore_project_profile("demo", learned_view.in_use.version)):  # fmt: skip
+        with pytest.raises(InvalidRequest, match=both):
+            refused_change()
+        assert engine.project_profile("demo") == ranking_now
+    with pytest.raises(InvalidRequest, match="whose scores the traces do not record"):
+        engine.learn_project("demo", folds=2, settings=SHIPPED)  # the cross-encoder is what it ranks with now
+    assert recorded(engine, engine.activate("demo", QUERIES[0]).response.run_id) == ranking_now.reranker
+    assert ranking_now.reranker.startswith("cross-encoder")
 
 
 def test_an_activations_live_feature_rows_are_the_rows_its_recorded_trace_gives_a_learning() -> None:
