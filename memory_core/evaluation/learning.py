@@ -761,13 +761,14 @@ def choose_setting(cases: Sequence[LearningCase], among: Sequence[int], now: Seq
     means = []
     for setting in settings:
         if setting is None:
-            means.append(sum(now[i][0] for i in among) / len(among))
+            means.append(math.fsum(now[i][0] for i in among) / len(among))
             continue
         scores = dict.fromkeys(among, 0.0)
         for train, part in splits:
             for i, g in zip(part, trainer.grades(cases, train, part, setting), strict=True):
                 scores[i] = g[0]
-        means.append(sum(scores[i] for i in among) / len(among))
+        # Exactly rounded: the same grades in another case order are a tie, on every Python.
+        means.append(math.fsum(scores[i] for i in among) / len(among))
     return max(range(len(settings)), key=lambda j: (means[j], -j)), means
 
 
@@ -872,8 +873,11 @@ def learn(
         model = LearnedModel(trainer=trainer(setting), model=final.model, level=level.value)
         ranked = sorted(final.importances, key=lambda f: (-f.share, f.feature))[:TOP_IMPORTANCES]
         proposed = gain.gain_low > 0
-        verdict = (f"proposed: {said}" if proposed
-                   else f"no proposal: the interval does not lie above 0 ({said})" + few_cases_note(len(judged)))
+        verdict = (
+            f"proposed: {said}"
+            if proposed
+            else f"no proposal: the interval does not lie above 0 ({said})" + few_cases_note(len(judged))
+        )
     progress("training", most, most)
     result = LearnResult(
         trainer=trainer(setting if setting is not None else LearnerSetting()),
@@ -897,9 +901,11 @@ def few_cases_note(cases: int) -> str:
     and how many helped elsewhere (``CASES_USUALLY_NEEDED``)."""
     if cases >= CASES_USUALLY_NEEDED:
         return ""
-    return (f"; with {cases} judged cases that is usual: on the development collections a model was first "
-            f"proposed at about 200 (conversations) to {CASES_USUALLY_NEEDED} (scientific claims) judged cases, "
-            "so judge more and learn again")
+    return (
+        f"; with {cases} judged cases that is usual: on the development collections a model was first "
+        f"proposed at about 200 (conversations) to {CASES_USUALLY_NEEDED} (scientific claims) judged cases, "
+        "so judge more and learn again"
+    )
 
 
 def importances_of(names: Sequence[str], gains: Sequence[float]) -> tuple[FeatureImportance, ...]:

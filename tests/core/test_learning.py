@@ -28,6 +28,7 @@ from memory_core.evaluation.learning import (
     LearnerSetting,
     LearningCase,
     RankingData,
+    choose_setting,
     few_cases_note,
     fold_groups,
     importances_of,
@@ -657,6 +658,23 @@ def test_the_few_cases_note_names_the_count_below_the_usual_need_and_is_silent_f
     note = few_cases_note(CASES_USUALLY_NEEDED - 1)
     assert note.startswith(f"; with {CASES_USUALLY_NEEDED - 1} judged cases that is usual")
     assert "about 200 (conversations)" in note and f"{CASES_USUALLY_NEEDED} (scientific claims)" in note
+
+
+def test_a_tie_between_settings_keeps_the_earlier_whatever_order_its_cases_sum_in() -> None:
+    # The model's grades are the current ranking's with two cases swapped: a tie, so the current
+    # ranking (the earlier setting) is kept. Summed left to right, the model's came out 4e-16
+    # higher (Python 3.11; 3.12's compensated sum gives a tie), and the model was chosen.
+    now_values = [0.238, 0.544, 0.37, 0.604, 0.626, 0.066]
+    model_values = [0.238, 0.544, 0.37, 0.066, 0.626, 0.604]
+
+    class Swapped:
+        def grades(self, cases: Any, train: Any, part: Sequence[int], setting: Any) -> list[tuple[float, ...]]:
+            return [(model_values[i], 0.0, 0.0) for i in part]
+
+    cases = [_case(n, 900) for n in range(6)]
+    now = [(v, 0.0, 0.0) for v in now_values]
+    best, means = choose_setting(cases, range(6), now, (None, LearnerSetting()), Swapped(), 3)  # type: ignore[arg-type]
+    assert best == 0 and means[0] == means[1]
 
 
 def test_too_few_cases_or_groups_propose_nothing_and_say_why() -> None:
