@@ -45,7 +45,14 @@ from memory_core.evaluation.metrics import Judgments, MetricLevel, RankedItem, g
 from memory_core.evaluation.passages import CutTexts, ReadBody, candidate_passages, cut_texts
 from memory_core.evaluation.report import MIN_CASES_FOR_INTERVAL, CaseInput
 from memory_core.evaluation.statistics import DEFAULT_BOOTSTRAP_RESAMPLES
-from memory_core.evaluation.text_features import CLUSTER_FEATURES, TEXT_FEATURES, cluster_rows, query_terms, text_rows
+from memory_core.evaluation.text_features import (
+    CLUSTER_FEATURES,
+    TEXT_FEATURES,
+    cluster_rows,
+    label_terms,
+    query_terms,
+    text_rows,
+)
 from memory_core.evaluation.tuning import DEFAULT_FOLDS, FOLD_SEED, PairedGain, TuneMetrics, check_folds
 from memory_core.retrieval.pipeline import Candidate, RerankInput
 from memory_core.runs.records import CandidateRecord
@@ -174,8 +181,8 @@ def stages_of(c: object) -> dict[str, Any]:
     return {name: getattr(c, name) for name in STAGES}
 
 
-def _share(terms: frozenset[str], text: str) -> float:
-    return len(terms & query_terms(text)) / len(terms) if terms else 0.0
+def _share(terms: frozenset[str], label: str) -> float:
+    return len(terms & label_terms(label)) / len(terms) if terms else 0.0
 
 
 def _ordinal(unit_id: str) -> float:

@@ -72,11 +72,23 @@ def query_words(text: str) -> list[str]:
     return [t for t in _TERM.findall(text.lower()) if len(t) >= MIN_TERM_CHARS]
 
 
-# A window's rows read the terms of each unit's headings and resource id, which recur from window
-# to window: kept for the 4,096 texts last asked (a few words each).
-@functools.lru_cache(maxsize=4096)
 def query_terms(text: str) -> frozenset[str]:
     return frozenset(query_words(text))
+
+
+LABEL_CACHE_CHARS = 256  # longer labels are rare; a query (up to 2,000 characters) is never kept
+
+
+def label_terms(label: str) -> frozenset[str]:
+    """``query_terms`` of a unit's heading path, first heading or resource id: these recur from
+    window to window, so the 4,096 last asked of at most ``LABEL_CACHE_CHARS`` are kept (about a
+    megabyte)."""
+    return _kept_terms(label) if len(label) <= LABEL_CACHE_CHARS else query_terms(label)
+
+
+@functools.lru_cache(maxsize=4096)
+def _kept_terms(label: str) -> frozenset[str]:
+    return query_terms(label)
 
 
 def query_stems(query: str) -> tuple[str, ...]:

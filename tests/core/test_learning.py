@@ -653,6 +653,22 @@ def test_the_current_ranking_is_kept_when_no_setting_beats_it_and_nothing_is_pro
     assert fitted and set(fitted) == {s for s in SETTINGS if s is not None}  # every setting was tried
 
 
+def test_only_short_labels_keep_their_terms_never_a_query() -> None:
+    # A daemon featuring windows for its lifetime keeps the terms of the units' labels (headings,
+    # resource ids), which recur; a query (up to 2,000 characters) would fill the cache with text.
+    from memory_core.evaluation import text_features
+
+    window = list(_case(1, 900).window)
+    labels = {" ".join(c.heading_path) for c in window} | {c.resource_id.replace("_", " ").replace("-", " ")
+                                                            for c in window}  # fmt: skip
+    text_features._kept_terms.cache_clear()
+    assert window_features("which wing flap adds lift " * 70, window)  # a 1,750-character query
+    assert text_features._kept_terms.cache_info().currsize == len(labels)  # the labels, not the query
+    long_label = "Wing " * 60
+    assert text_features.label_terms(long_label) == frozenset({"wing"})
+    assert text_features._kept_terms.cache_info().currsize == len(labels)
+
+
 def test_the_few_cases_note_names_the_count_below_the_usual_need_and_is_silent_from_it() -> None:
     assert few_cases_note(CASES_USUALLY_NEEDED) == "" and few_cases_note(5_000) == ""
     note = few_cases_note(CASES_USUALLY_NEEDED - 1)
