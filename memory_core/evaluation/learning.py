@@ -825,12 +825,14 @@ def learn(
     resamples: int = DEFAULT_BOOTSTRAP_RESAMPLES,
     clock: Callable[[], float] = time.perf_counter,
     progress: Progress = no_progress,
+    baseline_note: str = "",
 ) -> tuple[LearnResult, LearnedModel | None]:
     """Grade learning against ``current`` (the project's reranker, scoring a window) by nested
     cross-validation (``nested_cv``), choose the final setting by cross-validation over all cases
     and train its model on all of them; the result proposes it only when that choice is a model
     and the paired interval of the held-out nDCG@10 gain lies above 0. ``trainer``: a setting's
-    trainer revision. ``progress``: ("training", models trained, the most there can be)."""
+    trainer revision. ``progress``: ("training", models trained, the most there can be);
+    ``baseline_note``: what the verdict adds of what ``current`` is (services/learning.py)."""
     t0 = clock()
     check_folds(folds)
     if not settings or inner_folds < 2:
@@ -849,8 +851,8 @@ def learn(
         verdict = (f"too few judged cases to cross-validate: {len(judged)} cases in {groups} group(s); "
                    f"{folds}-fold cross-validation needs at least {needed} cases in {folds} groups"
                    + few_cases_note(len(judged)))  # fmt: skip
-        return LearnResult(verdict=verdict, trainer=trainer(LearnerSetting()), seconds=round(clock() - t0, 3),
-                           **base), None  # fmt: skip
+        return LearnResult(verdict=verdict + baseline_note, trainer=trainer(LearnerSetting()),
+                           seconds=round(clock() - t0, 3), **base), None  # fmt: skip
     check_work(judged, settings, folds, inner_folds)  # the one bound on the work, before any training
     models = sum(s is not None for s in settings)
     most = models * (folds * inner_folds + folds) + folds + 1
@@ -892,7 +894,7 @@ def learn(
         current_metrics=_means(now),
         cross_validated=_means(nested.held_out),
         proposed=proposed,
-        verdict=verdict,
+        verdict=verdict + baseline_note,
         importances=tuple(ranked),
         seconds=round(clock() - t0, 3),
         fold_settings=tuple(labels_[i] for i in nested.choices),

@@ -50,6 +50,19 @@ def _replayable(reranker: Reranker) -> Reranker:
                          f"learning does not compute again")  # fmt: skip
 
 
+def _baseline(profiles: ProjectProfiles, project_id: str) -> tuple[Reranker, str]:
+    """What a learning is graded against, and what its verdict says of it: the ranking the project
+    uses now; but a learned model in use learned from judged cases like these, and scoring it on
+    its own training cases would flatter it, so a learning then compares with the profile's fusion
+    (the ranking the model replaced) and says so."""
+    in_use = _replayable(profiles.in_use(project_id).reranker)
+    if not isinstance(in_use, LearnedReranker):
+        return in_use, ""
+    fusion = profiles.fusion_for(project_id).reranker
+    return fusion, (f"; the project ranks with learned model {in_use.digest[:12]}, which learned from judged cases "
+                    f"like these and is not graded on them, so this compares with the fusion it replaced")  # fmt: skip
+
+
 def learn_project(
     evaluation: EvaluationService,
     profiles: ProjectProfiles,
@@ -74,7 +87,7 @@ def learn_project(
     check_folds(folds)
     if learner is None:
         raise InvalidRequest("this engine has no learner (a learning-to-rank library) to learn with")
-    current = _replayable(profiles.in_use(project_id).reranker)  # what the project ranks with now
+    current, baseline_note = _baseline(profiles, project_id)
     usable = evaluation.cases_to_learn_from(project_id, include_unreviewed=include_unreviewed, verb="learn",
                                             use="to learn from")  # fmt: skip
     inputs = evaluation.case_inputs(usable, progress=progress)
@@ -94,7 +107,8 @@ def learn_project(
     result, model = learn(learning, fit=fit, load=learner.load, current=score_now,
                           current_revision=current.revision, trainer=lambda s: learner.with_setting(s).revision,
                           learn_id=new_id(), project_id=project_id, created_at=now(), folds=folds,
-                          level=levels[level], settings=settings, progress=progress)  # fmt: skip
+                          level=levels[level], settings=settings, progress=progress,
+                          baseline_note=baseline_note)  # fmt: skip
     if profiles.store is not None:
         profiles.store.put_learning(result, model.to_bytes() if model is not None else None)
     return result

@@ -103,6 +103,12 @@ class ProjectProfiles:
         cross_encoder = self.cross_encoder(project_id, ranking.profile) if self.cross_encoder is not None else None
         return ranking if cross_encoder is None else attrs.evolve(ranking, reranker=cross_encoder)
 
+    def fusion_for(self, project_id: str) -> Ranking:
+        """The project's profile without its learned model: the fusion its settings give."""
+        stored = self.store.latest_profile(project_id) if self.store is not None else None
+        return self.ranking_of(stored.settings) if stored is not None else Ranking(self.default_profile,
+                                                                                     self.default_reranker)  # fmt: skip
+
     def learned_model_of(self, project_id: str) -> str | None:
         """The digest of the learned model the project's profile in use names (None: none)."""
         stored = self.store.latest_profile(project_id) if self.store is not None else None

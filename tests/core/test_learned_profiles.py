@@ -122,6 +122,20 @@ def test_a_profile_with_a_learned_model_ranks_with_it_and_every_run_and_replay_r
     assert engine.restore_project_profile("demo", view.in_use.version).reranker == view.reranker
 
 
+def test_learning_again_with_a_model_in_use_compares_with_the_fusion_it_replaced() -> None:
+    # The model in use learned from these very cases: graded on them it would look better than it
+    # is (the trial saw nDCG@10 0.78 in-sample against 0.59 held out) and every fold would keep it.
+    engine = engine_with_other()
+    judged_cases(engine, reviewed=True)
+    proposal = learned(engine)
+    engine.set_profile_from_learning("demo", proposal.learn_id)
+    again = engine.learn_project("demo", folds=2, settings=SHIPPED)
+    assert again.current == proposal.current and again.current.startswith("convex-fusion")
+    assert again.current_metrics == proposal.current_metrics  # the fusion's grades, not the model's
+    assert f"the project ranks with learned model {proposal.model_digest[:12]}" in again.verdict
+    assert "ranks with learned model" not in proposal.verdict
+
+
 def test_a_learned_model_and_a_cross_encoder_never_rank_one_project_together() -> None:
     # Both rescore the whole rerank window, so every change that would give a project both is
     # refused, naming both, and changes nothing; learning compares with what the project ranks with.
