@@ -17,6 +17,7 @@ from memory_core.entrypoints.cli.wire import to_json
 from memory_core.evaluation.cases import CaseDetail, parse_judgments
 from memory_core.evaluation.report import Report
 from memory_core.operations.evaluation import EvaluationFixture, JudgmentInput
+from memory_core.retrieval.profile import MAX_QUERY_CHARS
 from memory_core.services.engine import Engine
 
 
@@ -279,6 +280,13 @@ def handle(engine: Any, args: argparse.Namespace, home: Path) -> int:
             emit_json(to_json(beir))
         else:
             out.print(f"imported {beir.created} cases ({beir.resumed} resumed) into project {beir.project_id}")
+            if beir.marked_reviewed or beir.left_unreviewed:
+                out.print(f"marked {beir.marked_reviewed} resumed cases reviewed; left {beir.left_unreviewed} "
+                          "whose judgments a person changed since the import")  # fmt: skip
+            if beir.too_long_queries:
+                out.print(f"left out {len(beir.too_long_queries)} judged queries longer than "
+                          f"{MAX_QUERY_CHARS:,} characters (an activation refuses them): "
+                          + ", ".join(beir.too_long_queries))  # fmt: skip
             for item in report_tables(beir.report):
                 out.print(item)
     elif action == "replay":

@@ -69,6 +69,12 @@ class BeirImportResult:
     resumed: int  # cases that existed already (an earlier, interrupted import)
     dropped_judgments: int  # qrels naming a document the scanner skipped (not in the corpus)
     report: Report
+    too_long_queries: tuple[str, ...] = ()  # judged queries an activation would refuse: no case
+    marked_reviewed: int = 0  # resumed cases that ``reviewed`` marked reviewed now
+    left_unreviewed: int = 0  # resumed cases ``reviewed`` left alone: a person changed their judgments
+
+
+IMPORTED_VERSION = 1  # the judgment version an import creates a case with (``create_case``)
 
 
 def import_beir(
@@ -83,7 +89,9 @@ def import_beir(
 ) -> BeirImportResult:
     """Import a BEIR folder as project ``project_id`` and one case per query of ``split``.
 
-    ``reviewed``: mark the qrels as reviewed by a person (only reviewed cases may gate).
+    ``reviewed``: mark the qrels as reviewed by a person (only reviewed cases may gate); a case an
+    earlier import made is marked too, unless its judgments were changed since (it is counted).
+    A judged query longer than an activation takes makes no case and is named in the result.
     """
     validate_project_id(project_id)
     collection = BeirCollection.read(folder, split)  # every check before anything is written
@@ -91,7 +99,7 @@ def import_beir(
     queries = collection.split_queries()
     in_corpus: dict[str, frozenset[str]] = {}
     case_ids: list[str] = []
-    created = resumed = dropped = 0
+    created = resumed = dropped = marked = left = 0
     for done, (qid, text) in enumerate(queries, start=1):
         case_id = beir_case_id(project_id, qid)
         case_ids.append(case_id)
@@ -102,6 +110,12 @@ def import_beir(
                     f"case {case_id!r} exists with another query or project", case_id=case_id
                 )
             resumed += 1
+            if reviewed and not existing.reviewed:
+                if existing.judgment_version == IMPORTED_VERSION:
+                    service.mark_reviewed(case_id, existing.judgment_version)
+                    marked += 1
+                else:
+                    left += 1
             progress("cases", done, len(queries))
             continue
         run_id = workspace.activate(project_id, text)
@@ -117,7 +131,8 @@ def import_beir(
         created += 1
         progress("cases", done, len(queries))
     report = service.report(case_ids=case_ids)
-    return BeirImportResult(project_id, split, tuple(case_ids), created, resumed, dropped, report)
+    return BeirImportResult(project_id, split, tuple(case_ids), created, resumed, dropped, report,
+                            collection.too_long, marked, left)  # fmt: skip
 
 
 def _existing(service: EvaluationService, case_id: str) -> Case | None:

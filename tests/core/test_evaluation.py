@@ -732,10 +732,35 @@ def test_beir_import_resumes_after_an_interruption(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         import_beir(world.service, workspace, folder, "tiny", progress=interrupt)
     assert [c.case_id for c in world.service.list_cases()] == ["beir-tiny-q1", "beir-tiny-q2"]
+    # A person changes q2's judgments before the import is resumed, now as reviewed qrels: the
+    # resumed q1 is marked reviewed with the new cases (the trial's `--reviewed` on a second
+    # import left every case unreviewed, silently), q2 is left as the person made it, and counted.
+    q2 = world.service.get_case("beir-tiny-q2")
+    world.service.replace_judgments(q2.case_id, q2.judgment_version, [Judgment.resource("5.md", 1)])
     result = import_beir(world.service, workspace, folder, "tiny", reviewed=True)
-    assert (result.created, result.resumed) == (2, 2)
+    assert (result.created, result.resumed, result.marked_reviewed, result.left_unreviewed) == (2, 2, 1, 1)
     assert len(world.service.list_cases("tiny")) == 4
-    assert world.service.get_case("beir-tiny-q4").reviewed and not world.service.get_case("beir-tiny-q1").reviewed
+    assert world.service.get_case("beir-tiny-q4").reviewed and world.service.get_case("beir-tiny-q1").reviewed
+    assert not world.service.get_case("beir-tiny-q2").reviewed
+    assert world.service.judgments("beir-tiny-q2").judgments == (Judgment.resource("5.md", 1),)
+    again = import_beir(world.service, workspace, folder, "tiny", reviewed=True)
+    assert (again.created, again.resumed, again.marked_reviewed, again.left_unreviewed) == (0, 4, 0, 1)
+
+
+def test_a_judged_query_longer_than_an_activation_takes_makes_no_case_and_is_named(tmp_path: Path) -> None:
+    # CISI's query 90 is 2,023 characters: the import left the whole collection out.
+    world = make_world()
+    queries = [{"_id": "q1", "text": "deploy rollback"}, {"_id": "long", "text": "deploy " * 300},
+               {"_id": "q2", "text": "database locks"}, {"_id": "unjudged-long", "text": "x" * 2_001}]  # fmt: skip
+    qrels = "query-id\tcorpus-id\tscore\nq1\t0\t3\nlong\t1\t2\nq2\t2\t2\n"
+    folder = write_beir(tmp_path / "beir", queries=queries, qrels=qrels)
+    result = import_beir(world.service, memory_workspace(world.engine), folder, "tiny")
+    assert result.case_ids == ("beir-tiny-q1", "beir-tiny-q2") and result.too_long_queries == ("long",)
+    assert [c.case_id for c in world.service.list_cases("tiny")] == ["beir-tiny-q1", "beir-tiny-q2"]
+    assert wire.to_json(result)["too_long_queries"] == ["long"]
+    (folder / "qrels" / "test.tsv").write_text(qrels + "long\t999\t1\n")  # its rows are still checked
+    with pytest.raises(InvalidBeirCollection, match="unknown corpus id"):
+        BeirCollection.read(folder)
 
 
 BAD_BEIR = {
