@@ -158,6 +158,8 @@ def add_learn_parser(ev: Any) -> None:
     p.add_argument("--folds", type=int, default=DEFAULT_FOLDS, help=f"cross-validation folds (default {DEFAULT_FOLDS})")
     p.add_argument("--level", choices=("unit", "resource"), default="resource", help="grading level (default resource)")
     p.add_argument("--include-unreviewed", action="store_true", help="learn from unreviewed cases too")
+    p.add_argument("--group-by", metavar="SEP", help="fold cases together by the text before SEP in their first "
+                   "judged resource's id ('/': by first folder; '-': LoCoMo's conversations); default: each case")
     p.add_argument("--json", action="store_true")
 
 
@@ -208,5 +210,5 @@ def learn(engine: Operations, args: argparse.Namespace) -> int:
     bar, progress = progress_bar(not args.json)
     with bar, job_progress(engine, "learn_project", args.project, progress):
         result = engine.learn_project(args.project, folds=args.folds, level=args.level,
-                                      include_unreviewed=args.include_unreviewed)  # fmt: skip
+                                      include_unreviewed=args.include_unreviewed, group_by=args.group_by)  # fmt: skip
     return _print_result(result, _learn_lines(result, args.home), args.json)

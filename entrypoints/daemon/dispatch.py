@@ -389,7 +389,7 @@ def tune_project(ctx: Context, req: profiles.TuneProjectRequest) -> Any:
 @runs(profiles.learn_project, uses_engine=False)
 def learn_project(ctx: Context, req: profiles.LearnProjectRequest) -> Any:
     return ctx.run_job(Engine.learn_project, req.project_id, folds=req.folds, level=req.level,
-                       include_unreviewed=req.include_unreviewed)  # fmt: skip
+                       include_unreviewed=req.include_unreviewed, group_by=req.group_by)  # fmt: skip
 
 
 # -- jobs ---------------------------------------------------------------------------------------

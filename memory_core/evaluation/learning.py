@@ -662,6 +662,26 @@ class LearnResult:
         return self.text_units / self.training_rows
 
 
+MAX_GROUP_SEPARATOR = 8
+
+
+def group_by_separator(separator: str) -> Callable[[LearningCase], str]:
+    """Cases grouped by the text before ``separator`` in the id of their first judged resource
+    (sorted; the window's first resource when none is judged), the whole id when it has none:
+    ``/`` groups by first folder, ``-`` LoCoMo's turns by conversation (``c26-D1:3.md`` ->
+    ``c26``). A group's cases always fall in one fold, so a fold never trains on the cases beside
+    the ones it is graded on. ``InvalidRequest`` for an empty, blank or over-long separator."""
+    if not isinstance(separator, str) or not separator.strip() or len(separator) > MAX_GROUP_SEPARATOR:
+        raise InvalidRequest(f"group_by must be 1-{MAX_GROUP_SEPARATOR} characters, not blank",
+                             group_by=separator)  # fmt: skip
+
+    def group(case: LearningCase) -> str:
+        judged = sorted(case.judgments.resource_relevance()) or [case.window[0].resource_id]
+        return str(judged[0]).split(separator, 1)[0]
+
+    return group
+
+
 def fold_groups(groups: Sequence[str], k: int) -> list[list[int]]:
     """Case indices of each of ``k`` folds: whole groups, shuffled by a fixed seed."""
     names = sorted(set(groups))

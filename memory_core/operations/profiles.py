@@ -14,9 +14,9 @@ from memory_core.domain.evaluation_errors import (
     LearningNotFound,
     TuningNotFound,
 )
-from memory_core.evaluation.learning import LearnResult
+from memory_core.evaluation.learning import MAX_GROUP_SEPARATOR, LearnResult, group_by_separator
 from memory_core.evaluation.tuning import DEFAULT_FOLDS, GRID_KEYS, MAX_FOLDS, TuneResult
-from memory_core.operations.bounds import bounded, described
+from memory_core.operations.bounds import bounded, core_check, described
 from memory_core.operations.registry import JOB, READ, UI, WRITE, operation, reported
 from memory_core.retrieval.profile import SETTING_KEYS
 from memory_core.services.engine import Engine
@@ -134,6 +134,10 @@ class LearnProjectRequest:
     folds: int = _folds()
     level: str = _level()
     include_unreviewed: bool = False
+    group_by: str | None = attrs.field(default=None, validator=core_check(group_by_separator), metadata={"schema": {
+        "minLength": 1, "maxLength": MAX_GROUP_SEPARATOR,
+        "description": "fold cases together by the text before this separator in their first judged resource's id "
+                       "('/': its first folder; '-': LoCoMo's conversations); default: each case alone"}})  # fmt: skip
 
 
 @operation(WRITE | UI | JOB, LearnProjectRequest, LearnResult,
@@ -142,7 +146,7 @@ class LearnProjectRequest:
            "the nDCG@10 gain lies above 0. The model is kept by its SHA-256. Runs as a job, beside activations.",
            (err.ProjectNotFound, EvaluationSetEmpty, err.InvalidRequest, err.JobInterrupted))  # fmt: skip
 def learn_project(engine: Engine, req: LearnProjectRequest) -> LearnResult:
-    return engine.learn_project(req.project_id, progress=reported(), **_cross_validation(req))
+    return engine.learn_project(req.project_id, progress=reported(), group_by=req.group_by, **_cross_validation(req))
 
 
 @attrs.frozen(field_transformer=bounded)

@@ -26,6 +26,7 @@ from memory_core.evaluation.learning import (
     LearnResult,
     RankingData,
     RefusedModelFallback,
+    group_by_separator,
     learn,
     learning_cases,
 )
@@ -73,14 +74,20 @@ def learn_project(
     folds: int = DEFAULT_FOLDS,
     level: str = MetricLevel.RESOURCE.value,
     include_unreviewed: bool = False,
+    group_by: str | None = None,
     group_of: Callable[[LearningCase], str] | None = None,
     settings: Sequence[LearnerSetting | None] = SETTINGS,
     progress: Progress = no_progress,
 ) -> LearnResult:
     """Learn ``project_id``'s ranker and keep the result and model (``EvaluationSetEmpty`` when
-    no case may be used). ``group_of``: the unit folds are made of (default: each case);
+    no case may be used). ``group_by``: a separator the folds group cases by
+    (``group_by_separator``); ``group_of``: the unit folds are made of (default: each case);
     ``settings``: the grid chosen among (tests narrow it); ``progress``: reading the cases' traces,
     then training (``evaluation.learning.learn``)."""
+    if group_by is not None:
+        if group_of is not None:
+            raise InvalidRequest("give group_by or group_of, not both")
+        group_of = group_by_separator(group_by)
     levels = {m.value: m for m in MetricLevel}
     if level not in levels:
         raise InvalidRequest(f"level must be one of {', '.join(levels)}, got {level!r}", level=level)

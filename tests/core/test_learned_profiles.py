@@ -122,6 +122,28 @@ def test_a_profile_with_a_learned_model_ranks_with_it_and_every_run_and_replay_r
     assert engine.restore_project_profile("demo", view.in_use.version).reranker == view.reranker
 
 
+def test_learning_folds_whole_groups_of_cases_by_a_separator_in_their_judged_resource() -> None:
+    from memory_core.operations.profiles import LearnProjectRequest
+
+    engine = engine_with_other()
+    case_ids = judged_cases(engine, reviewed=True)
+    service = engine.evaluations()
+    judged = [service.judgments(c).judgments[0].resource_id for c in case_ids]  # one judged resource each
+    alone = engine.learn_project("demo", folds=2, settings=SHIPPED)
+    by_folder = engine.learn_project("demo", folds=2, settings=SHIPPED, group_by="/")
+    by_stem = engine.learn_project("demo", folds=2, settings=SHIPPED, group_by=".")
+    assert alone.groups == len(case_ids)
+    assert by_folder.groups == len({r.split("/", 1)[0] for r in judged}) < len(case_ids)
+    assert by_stem.groups == len({r.split(".", 1)[0] for r in judged})
+    for bad in ("", "   ", "x" * 9):
+        with pytest.raises(InvalidRequest, match="group_by must be 1-8 characters"):
+            engine.learn_project("demo", folds=2, settings=SHIPPED, group_by=bad)
+        with pytest.raises(InvalidRequest):  # the API's request refuses it before any job starts
+            LearnProjectRequest("demo", group_by=bad)
+    with pytest.raises(InvalidRequest, match="not both"):
+        engine.learn_project("demo", group_by="/", group_of=lambda case: case.case_id)
+
+
 def test_learning_again_with_a_model_in_use_compares_with_the_fusion_it_replaced() -> None:
     # The model in use learned from these very cases: graded on them it would look better than it
     # is (the trial saw nDCG@10 0.78 in-sample against 0.59 held out) and every fold would keep it.

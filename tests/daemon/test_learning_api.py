@@ -75,5 +75,10 @@ def test_the_cli_learns_through_the_daemon(daemon: Daemon) -> None:
     assert "setting chosen per outer fold (a 3-fold cross-validation on its training folds, among 7): 1 " in said.stdout
     assert "final setting (cross-validation over all cases): " in said.stdout
     assert "window units had their text (100.0%)" in said.stdout and "warning: only" not in said.stdout
+    grouped = memcore(daemon, "eval", "learn", "notes", "--folds", "2", "--group-by", "/", "--json")
+    assert grouped.returncode == 0, grouped.stderr
+    assert 2 <= json.loads(grouped.stdout)["groups"] <= json.loads(grouped.stdout)["cases"]
+    blank = memcore(daemon, "eval", "learn", "notes", "--group-by", " ")
+    assert blank.returncode != 0 and "group_by must be 1-8 characters" in blank.stderr
     missing = memcore(daemon, "project", "profile", "set", "notes", "--from-learn", "01NOSUCHLEARNING0000000000")
     assert missing.returncode != 0 and "no learning" in missing.stderr

@@ -30,13 +30,14 @@ from memory_core.services.activation import ActivationResponse, Fragment
 from memory_core.services.engine import ProjectInfo
 from memory_core.services.indexing import IndexReport
 
-API_VERSION = "1.10.0"  # 1.1: Evaluation Set methods; 1.2: Project Local Storage, remove_project purge;
+API_VERSION = "1.11.0"  # 1.1: Evaluation Set methods; 1.2: Project Local Storage, remove_project purge;
 # 1.3: ranking profiles and tuning, candidate spans and passages (issue 18); 1.4: an activation's
 # notices (issue 30); 1.5: list_jobs and cancel_job (issue 31); 1.6: the model registry (issue 33);
 # 1.7: a learning's settings grid and the setting each fold and the final model chose (issue 32);
 # 1.8: daemon_busy, an import refused while the daemon holds as many bodies as it takes (issue 31);
 # 1.9: a job's state queued, while it waits for one of the daemon's job slots (issue 31); 1.10: a
-# learning's text_units, the window units learned from that had their text (issue 32)
+# learning's text_units, the window units learned from that had their text (issue 32); 1.11:
+# learn_project's group_by, a separator its folds group cases by (issue 32)
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a 10,000-unit activation state is about 0.9 MiB
 
 
