@@ -54,9 +54,11 @@ COLLECTIONS = (("cranfield", CRANFIELD, "test"), ("cisi", CISI, "test"), ("scifa
 
 
 def conversation(case: Any) -> str:
-    """locomo-dev's fold unit: the conversation its judged turns belong to (``c26-D1:3.md`` -> ``c26``)."""
-    judged = sorted(case.judgments.resource_relevance()) or [case.window[0].resource_id]
-    return str(judged[0]).split("-", 1)[0]
+    """locomo-dev's fold unit: the conversation its judged turns belong to (``c26-D1:3.md`` -> ``c26``),
+    the product's own rule (``eval learn --group-by -``)."""
+    from memory_core.evaluation.learning import group_by_separator
+
+    return group_by_separator("-")(case)
 
 
 def _import(engine: Any, base: Path, name: str, root: Path, split: str) -> None:
