@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from memory_core.domain.errors import MemoryCoreError
@@ -63,20 +64,22 @@ def job_progress(ops: Operations, operation: str, project_id: str | None, progre
     from memory_core.entrypoints.cli.watch_commands import daemon_of, polling
 
     client = daemon_of(ops)
-    if client is None or progress is None:
+    if client is None:
         with reporting(progress):
             yield
         return
     before = {j.job_id for j in client.list_jobs().jobs}
 
+    def ours() -> list[Any]:
+        return [j for j in client.list_jobs().jobs if j.job_id not in before and j.operation == operation
+                and j.project_id == project_id]  # fmt: skip
+
     def draw() -> bool:
         try:
-            jobs = client.list_jobs().jobs
+            found = ours()
         except MemoryCoreError:
             return False  # only the drawing stops: the call itself says what went wrong
-        ours = [j for j in jobs if j.job_id not in before and j.operation == operation
-                and j.project_id == project_id]  # fmt: skip
-        if ours and (stage := parse_progress(ours[0].progress)) is not None:
+        if found and progress is not None and (stage := parse_progress(found[0].progress)) is not None:
             progress(*stage)
         return True
 
@@ -84,9 +87,25 @@ def job_progress(ops: Operations, operation: str, project_id: str | None, progre
         while not stop.wait(JOB_POLL_S) and draw():
             pass
 
-    with polling(follow, "job-progress", JOB_POLL_S):
-        yield
+    try:
+        with polling(follow, "job-progress", JOB_POLL_S) if progress is not None else contextlib.nullcontext():
+            yield
+    except KeyboardInterrupt:
+        _cancel(client, ours)  # Ctrl-C stops the job too: it was the daemon's, running on
+        raise
     draw()  # the stage it ended at (a job quicker than a poll is drawn too)
+
+
+def _cancel(client: Any, ours: Callable[[], list[Any]]) -> None:
+    """Cancel the caller's job that is still running or queued, saying so; a daemon that cannot
+    be asked leaves it running, and the message says how to find it."""
+    try:
+        for job in ours():
+            if job.cancellable:
+                client.cancel_job(job.job_id)
+                print(f"cancelled job {job.job_id} ({job.operation})", file=sys.stderr)
+    except MemoryCoreError as exc:
+        print(f"could not cancel the daemon's job ({exc.code}): `memcore status` lists it", file=sys.stderr)
 
 
 def activate(

@@ -1072,3 +1072,34 @@ def test_many_index_calls_at_once_leave_quick_calls_answering() -> None:
         engine.close()
     assert quick == [200, 200]
     assert indexed == [200] * count
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_the_cli_cancels_the_daemons_job_it_waits_for(tmp_path: Path) -> None:
+    """A person who presses Ctrl-C at `memcore project storage move` (or eval learn, tune, import)
+    means the work to stop: the job was the daemon's and ran on to its end (new-user trial)."""
+    import subprocess
+    import sys
+
+    from tests.daemon.test_server import ROOT
+
+    daemon = paused_daemon(tmp_path, "move_project_storage")
+    try:
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "memory_core", "--home", str(tmp_path / "home"), "project", "storage", "move",
+             "ledger", str(tmp_path / "elsewhere"), "--json"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        paused_job(daemon)
+        (running,) = daemon.client.list_jobs().jobs
+        assert running.state == "running"
+        cli.send_signal(signal.SIGINT)
+        _, stderr = cli.communicate(timeout=WAIT_S)
+        assert cli.returncode == 130 and f"cancelled job {running.job_id}" in stderr, stderr
+        deadline = time.monotonic() + WAIT_S
+        while (ended := daemon.client.list_jobs().jobs[0]).state == "running" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (ended.job_id, ended.state) == (running.job_id, "cancelled")
+        assert daemon.client.activate_memory("ledger", QUERY).fragments  # served from where it was
+    finally:
+        assert daemon.stop() == 0
