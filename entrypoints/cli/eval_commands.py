@@ -295,7 +295,12 @@ def handle(engine: Any, args: argparse.Namespace, home: Path) -> int:
         from memory_core.services.replay import baseline_from_report, replay
 
         fixture = read_json(args.fixture, "fixture", document=True) if args.fixture else None
-        replay_cases = load_fixture(fixture) if fixture is not None else evaluation_set(engine.evaluations())
+        if fixture is not None:
+            replay_cases = load_fixture(fixture)
+        else:  # only the cases it replays are exported, each with its corpus and bodies
+            service = engine.evaluations()
+            reviewed = None if args.include_unreviewed else [c.case_id for c in service.list_cases() if c.reviewed]
+            replay_cases = evaluation_set(service, case_ids=reviewed or None)
         baseline_report = read_json(args.baseline, "baseline report", document=True) if args.baseline else None
         baseline = baseline_from_report(baseline_report) if baseline_report is not None else None
         replayed = replay(
