@@ -184,7 +184,8 @@ def _learn_lines(result: LearnResult, home: str | None) -> list[str]:
         lines.append("most important features (share of split gain): "
                      + ", ".join(f"{f.feature} {f.share:.2f}" for f in result.importances[:5]))  # fmt: skip
     if result.model_digest is not None:
-        lines.append(f"model {result.model_digest} (kept; applied only when proposed)")
+        lines.append(f"model {result.model_digest} (kept; put in use only by `project profile set --from-learn`, "
+                     "and only when proposed)")  # fmt: skip
     return lines + _apply_hint(result.proposed, result.project_id, f"--from-learn {result.learn_id}", home)
 
 

@@ -170,8 +170,9 @@ class EvaluationService:
         usable = cases if include_unreviewed else [c for c in cases if c.reviewed]
         if not usable:
             raise EvaluationSetEmpty(
-                f"none of project {project_id!r}'s {len(cases)} cases is reviewed: review them "
-                f"(`memcore eval review`) or {verb} with --include-unreviewed",
+                f"none of the {len(cases)} cases of project {project_id!r} is reviewed: review them "
+                f"(`memcore eval review`, or `eval import-beir --reviewed` for a collection's qrels) or {verb} "
+                "with --include-unreviewed",
                 project=project_id,
             )
         return usable

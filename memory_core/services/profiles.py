@@ -86,7 +86,7 @@ class ProjectProfiles:
             # Stored before a check of today refused it (a floor above every score, issue 30):
             # say which version it is and the way out, rather than rank with something else.
             raise InvalidRequest(
-                f"project {project_id!r}'s ranking profile version {stored.version} is no longer accepted: "
+                f"project {project_id}'s ranking profile version {stored.version} is no longer accepted: "
                 f"{exc.message}; set new settings or restore another version (0: the defaults)",
                 **{**exc.details, "project": project_id, "version": stored.version},
             ) from exc
