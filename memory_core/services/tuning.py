@@ -46,8 +46,11 @@ def tune_project(
         raise InvalidRequest(f"level must be one of {', '.join(levels)}, got {level!r}", level=level)
     ranking = profiles.ranking_for(project_id)
     if not is_fusion(ranking.reranker):
+        learned = profiles.learned_model_of(project_id)
+        said = (f"; project {project_id}'s profile names learned model {learned[:12]}: `memcore project profile "
+                f"restore {project_id}` puts the profile before it back") if learned is not None else ""  # fmt: skip
         raise InvalidRequest(f"tuning searches a registered fusion function's settings; this engine reranks with "
-                             f"{ranking.reranker.revision}")  # fmt: skip
+                             f"{ranking.reranker.revision}{said}")  # fmt: skip
     fusion: Fusion = ranking.reranker  # type: ignore[assignment]
     current = current_setting(ranking.profile.rrf_k, ranking.profile.rerank_depth, fusion)
     check_folds(folds)

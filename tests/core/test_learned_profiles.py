@@ -156,6 +156,9 @@ def test_learning_again_with_a_model_in_use_compares_with_the_fusion_it_replaced
     assert again.current_metrics == proposal.current_metrics  # the fusion's grades, not the model's
     assert f"the project ranks with learned model {proposal.model_digest[:12]}" in again.verdict
     assert "ranks with learned model" not in proposal.verdict
+    with pytest.raises(InvalidRequest, match=f"names learned model {proposal.model_digest[:12]}: `memcore project "
+                                             "profile restore demo`"):  # fmt: skip
+        engine.tune_project("demo")  # tuning searches a fusion's settings: it says how to get the fusion back
 
 
 def test_a_learned_model_and_a_cross_encoder_never_rank_one_project_together() -> None:
