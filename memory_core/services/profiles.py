@@ -181,8 +181,8 @@ class ProjectProfiles:
                                       reason="no_learner")  # fmt: skip
         data = self._store().learned_model(project_id, digest)
         if data is None:
-            raise LearnedModelRefused(f"project {project_id!r} has no learned model {digest[:12]} (a model is kept with "
-                                      "the project that learned it: `memcore eval learn` this project)",
+            raise LearnedModelRefused(f"project {project_id!r} has no learned model {digest[:12]} (a model is kept "
+                                      "with the project that learned it: `memcore eval learn` this project)",
                                       model=digest[:12], reason="missing")  # fmt: skip
         model = read_model(data, digest)
         try:
