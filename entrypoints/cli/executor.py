@@ -14,6 +14,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -27,6 +28,7 @@ from memory_core.services.activation import Activation
 from memory_core.services.engine import Engine
 
 JOB_POLL_S = 0.25  # how often a job's bar reads list_jobs
+CANCEL_LOOK_S = 2.0  # how long Ctrl-C looks for its job in list_jobs (the daemon lists it as it starts it)
 
 
 def connect(home: str | os.PathLike[str] | None, engine: Any = None) -> Operations:
@@ -97,15 +99,24 @@ def job_progress(ops: Operations, operation: str, project_id: str | None, progre
 
 
 def _cancel(client: Any, ours: Callable[[], list[Any]]) -> None:
-    """Cancel the caller's job that is still running or queued, saying so; a daemon that cannot
-    be asked leaves it running, and the message says how to find it."""
+    """Cancel the caller's job, and say what became of it. Its job is the one job of its operation
+    and project that started after the call (the daemon may list it a moment after the request,
+    so it is looked for up to ``CANCEL_LOOK_S``); with another such job started meanwhile (another
+    client's), which is the caller's cannot be told, and neither is cancelled."""
+    deadline = time.monotonic() + CANCEL_LOOK_S
     try:
-        for job in ours():
-            if job.cancellable:
-                client.cancel_job(job.job_id)
-                print(f"cancelled job {job.job_id} ({job.operation})", file=sys.stderr)
+        while not (found := [j for j in ours() if j.state in ("queued", "running")]) and time.monotonic() < deadline:
+            time.sleep(JOB_POLL_S / 4)
+        if len(found) == 1 and found[0].cancellable:
+            client.cancel_job(found[0].job_id)
+            print(f"cancelled job {found[0].job_id} ({found[0].operation})", file=sys.stderr)
+            return
+        said = ("no job of this call is listed (it may have ended)" if not found
+                else f"job {found[0].job_id} cannot be cancelled" if len(found) == 1
+                else f"{len(found)} jobs of this kind started meanwhile, not only this call's")  # fmt: skip
     except MemoryCoreError as exc:
-        print(f"could not cancel the daemon's job ({exc.code}): `memcore status` lists it", file=sys.stderr)
+        said = f"the daemon could not be asked ({exc.code})"
+    print(f"the daemon's job was not cancelled: {said}; `memcore status` lists its jobs", file=sys.stderr)
 
 
 def activate(

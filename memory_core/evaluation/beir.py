@@ -188,7 +188,7 @@ def _read_qrels(
     """The judgments by query and document, checked row by row, and which of the ``left_out``
     queries (too long) the split judges: their rows are checked but not kept."""
     qrels: dict[str, dict[str, int]] = {}
-    judged_left_out: set[str] = set()
+    left_out_rows: dict[str, dict[str, int]] = {}  # checked as the others, never kept
     rows = _lines(path)
     if not rows:
         raise InvalidBeirCollection("no judgments", place=str(path))
@@ -211,14 +211,14 @@ def _read_qrels(
             raise InvalidBeirCollection(f"score {score!r} is not an integer", place=place) from None
         if not 0 <= relevance <= MAX_RELEVANCE:
             raise InvalidBeirCollection(f"score {relevance} is outside 0-{MAX_RELEVANCE}", place=place)
-        if qid in left_out:
-            judged_left_out.add(qid)
-            continue
-        judged = qrels.setdefault(qid, {})
+        judged = (left_out_rows if qid in left_out else qrels).setdefault(qid, {})
         if doc_id in judged:
             raise InvalidBeirCollection(f"duplicate judgment of {doc_id!r} for query {qid!r}", place=place)
         judged[doc_id] = relevance
-    return qrels, judged_left_out
+    if not qrels:
+        raise InvalidBeirCollection(f"no judged query an activation takes (1-{MAX_QUERY_CHARS} characters)",
+                                    place=str(path))  # fmt: skip
+    return qrels, set(left_out_rows)
 
 
 # -- importing ------------------------------------------------------------------------------------

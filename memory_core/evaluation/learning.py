@@ -667,7 +667,8 @@ MAX_GROUP_SEPARATOR = 8
 
 def group_by_separator(separator: str) -> Callable[[LearningCase], str]:
     """Cases grouped by the text before ``separator`` in the id of their first judged resource
-    (sorted; the window's first resource when none is judged), the whole id when it has none:
+    (sorted; else the first resource its Run ranked; else the case alone), the whole id when it
+    has no ``separator``:
     ``/`` groups by first folder, ``-`` LoCoMo's turns by conversation (``c26-D1:3.md`` ->
     ``c26``). A group's cases always fall in one fold, so a fold never trains on the cases beside
     the ones it is graded on. ``InvalidRequest`` for an empty, blank or over-long separator."""
@@ -676,8 +677,8 @@ def group_by_separator(separator: str) -> Callable[[LearningCase], str]:
                              group_by=separator)  # fmt: skip
 
     def group(case: LearningCase) -> str:
-        judged = sorted(case.judgments.resource_relevance()) or [case.window[0].resource_id]
-        return str(judged[0]).split(separator, 1)[0]
+        named = sorted(case.judgments.resource_relevance()) or [c.resource_id for c in case.window + case.tail]
+        return str(named[0]).split(separator, 1)[0] if named else case.case_id  # nothing named: alone
 
     return group
 

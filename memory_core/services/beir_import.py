@@ -111,7 +111,13 @@ def import_beir(
                 )
             resumed += 1
             if reviewed and not existing.reviewed:
-                if existing.judgment_version == IMPORTED_VERSION:
+                # Only judgments as this import makes them: not a person's (a later version), nor
+                # another split's or an earlier copy of the qrels under the same case id.
+                imported, _ = _judgments(collection.qrels[qid], _corpus_resources(service, existing.source_run_id,
+                                                                                  in_corpus))  # fmt: skip
+                if existing.judgment_version == IMPORTED_VERSION and set(
+                    service.judgments(case_id).judgments
+                ) == set(imported):
                     service.mark_reviewed(case_id, existing.judgment_version)
                     marked += 1
                 else:
@@ -119,20 +125,24 @@ def import_beir(
             progress("cases", done, len(queries))
             continue
         run_id = workspace.activate(project_id, text)
-        resources = _corpus_resources(service, run_id, in_corpus)
-        judgments = []
-        for doc_id, relevance in collection.qrels[qid].items():
-            resource_id = resource_id_for(doc_id)
-            if resources is not None and resource_id not in resources:
-                dropped += 1
-                continue
-            judgments.append(Judgment.resource(resource_id, relevance))
+        judgments, left_out = _judgments(collection.qrels[qid], _corpus_resources(service, run_id, in_corpus))
+        dropped += left_out
         service.create_case(run_id, case_id=case_id, provenance=BEIR_IMPORT, judgments=judgments, reviewed=reviewed)
         created += 1
         progress("cases", done, len(queries))
     report = service.report(case_ids=case_ids)
     return BeirImportResult(project_id, split, tuple(case_ids), created, resumed, dropped, report,
                             collection.too_long, marked, left)  # fmt: skip
+
+
+def _judgments(qrels: Mapping[str, int], resources: frozenset[str] | None) -> tuple[list[Judgment], int]:
+    """A query's qrels as resource judgments, and how many name a document the corpus lacks (left out)."""
+    judgments = []
+    for doc_id, relevance in qrels.items():
+        resource_id = resource_id_for(doc_id)
+        if resources is None or resource_id in resources:
+            judgments.append(Judgment.resource(resource_id, relevance))
+    return judgments, len(qrels) - len(judgments)
 
 
 def _existing(service: EvaluationService, case_id: str) -> Case | None:

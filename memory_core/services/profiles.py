@@ -135,9 +135,10 @@ class ProjectProfiles:
         if not isinstance(settings, Mapping):
             raise InvalidRequest("a ranking profile is a JSON object of settings")
         ranking = self._with_learned_model(project_id, settings, self.ranking_of(settings), strict=True)  # raises
-        cross_encoder = self.cross_encoder(project_id, ranking.profile) if self.cross_encoder is not None else None
-        if cross_encoder is not None and settings.get(LEARNED_MODEL) is not None:
-            raise two_window_rerankers(project_id, str(settings[LEARNED_MODEL]), cross_encoder.revision)
+        if settings.get(LEARNED_MODEL) is not None and self.cross_encoder is not None:  # no model opened otherwise
+            cross_encoder = self.cross_encoder(project_id, ranking.profile)
+            if cross_encoder is not None:
+                raise two_window_rerankers(project_id, str(settings[LEARNED_MODEL]), cross_encoder.revision)
         self._store().add_profile(project_id, settings, source)
         return self.show(project_id)
 

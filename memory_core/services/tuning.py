@@ -48,7 +48,8 @@ def tune_project(
     if not is_fusion(ranking.reranker):
         learned = profiles.learned_model_of(project_id)
         said = (f"; project {project_id}'s profile names learned model {learned[:12]}: `memcore project profile "
-                f"restore {project_id}` puts the profile before it back") if learned is not None else ""  # fmt: skip
+                f"restore {project_id} --version N` puts back a version without it (0: the defaults)"
+                if learned is not None else "")  # fmt: skip
         raise InvalidRequest(f"tuning searches a registered fusion function's settings; this engine reranks with "
                              f"{ranking.reranker.revision}{said}")  # fmt: skip
     fusion: Fusion = ranking.reranker  # type: ignore[assignment]

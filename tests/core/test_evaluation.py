@@ -747,6 +747,20 @@ def test_beir_import_resumes_after_an_interruption(tmp_path: Path) -> None:
     assert (again.created, again.resumed, again.marked_reviewed, again.left_unreviewed) == (0, 4, 0, 1)
 
 
+def test_a_resumed_case_whose_qrels_changed_since_is_not_marked_reviewed(tmp_path: Path) -> None:
+    # The case id leaves out the split and the qrels' copy: only judgments this import would make
+    # are marked reviewed, never an earlier copy's.
+    world = make_world()
+    folder = write_beir(tmp_path / "beir")
+    workspace = memory_workspace(world.engine)
+    import_beir(world.service, workspace, folder, "tiny")
+    qrels = folder / "qrels" / "test.tsv"
+    qrels.write_text(qrels.read_text().replace("q1\t1\t1", "q1\t1\t2"))  # q1's second grade corrected
+    result = import_beir(world.service, workspace, folder, "tiny", reviewed=True)
+    assert (result.resumed, result.marked_reviewed, result.left_unreviewed) == (4, 3, 1)
+    assert not world.service.get_case("beir-tiny-q1").reviewed and world.service.get_case("beir-tiny-q2").reviewed
+
+
 def test_a_judged_query_longer_than_an_activation_takes_makes_no_case_and_is_named(tmp_path: Path) -> None:
     # CISI's query 90 is 2,023 characters: the import left the whole collection out.
     world = make_world()
@@ -761,6 +775,13 @@ def test_a_judged_query_longer_than_an_activation_takes_makes_no_case_and_is_nam
     (folder / "qrels" / "test.tsv").write_text(qrels + "long\t999\t1\n")  # its rows are still checked
     with pytest.raises(InvalidBeirCollection, match="unknown corpus id"):
         BeirCollection.read(folder)
+    (folder / "qrels" / "test.tsv").write_text(qrels + "long\t1\t1\n")
+    with pytest.raises(InvalidBeirCollection, match="duplicate judgment of '1' for query 'long'"):
+        BeirCollection.read(folder)
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nlong\t1\t2\n")  # nothing else judged
+    with pytest.raises(InvalidBeirCollection, match="no judged query an activation takes"):
+        import_beir(world.service, memory_workspace(world.engine), folder, "none-left")
+    assert "none-left" not in [p.project.project_id for p in world.engine.list_projects()]  # type: ignore[attr-defined]
 
 
 BAD_BEIR = {

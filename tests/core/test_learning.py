@@ -31,6 +31,7 @@ from memory_core.evaluation.learning import (
     choose_setting,
     few_cases_note,
     fold_groups,
+    group_by_separator,
     importances_of,
     learn,
     learning_cases,
@@ -691,6 +692,17 @@ def test_a_tie_between_settings_keeps_the_earlier_whatever_order_its_cases_sum_i
     now = [(v, 0.0, 0.0) for v in now_values]
     best, means = choose_setting(cases, range(6), now, (None, LearnerSetting()), Swapped(), 3)  # type: ignore[arg-type]
     assert best == 0 and means[0] == means[1]
+
+
+def test_group_by_a_separator_names_a_group_for_every_case_even_one_with_nothing_named() -> None:
+    group = group_by_separator("-")
+    judged = _case(26, 900)  # judges r26-9.md
+    assert group(judged) == "r26"
+    unjudged = attrs.evolve(judged, judgments=Judgments.of())
+    assert group(unjudged) == "r26"  # the first resource its Run ranked
+    empty = attrs.evolve(unjudged, window=(), tail=())  # a reviewed case with no judgments of an empty Run
+    assert group(empty) == empty.case_id == "case-026"
+    assert group_by_separator("/")(judged) == "r26-9.md"  # no separator: the whole id
 
 
 def test_too_few_cases_or_groups_propose_nothing_and_say_why() -> None:

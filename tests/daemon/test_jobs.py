@@ -1103,3 +1103,40 @@ def test_ctrl_c_in_the_cli_cancels_the_daemons_job_it_waits_for(tmp_path: Path) 
         assert daemon.client.activate_memory("ledger", QUERY).fragments  # served from where it was
     finally:
         assert daemon.stop() == 0
+
+
+def test_ctrl_c_cancels_only_a_job_it_can_tell_is_its_own(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another client's job of the same operation and project, started meanwhile, is never
+    cancelled for this one's Ctrl-C (review); a job not listed yet is looked for a moment."""
+    from types import SimpleNamespace
+
+    from memory_core.entrypoints.cli import executor
+
+    monkeypatch.setattr(executor, "CANCEL_LOOK_S", 0.2)
+
+    def job(job_id: str, state: str = "running", cancellable: bool = True) -> Any:
+        return SimpleNamespace(job_id=job_id, operation="learn_project", state=state, cancellable=cancellable)
+
+    class Client:
+        def __init__(self, listings: list[list[Any]]) -> None:
+            self.listings, self.cancelled = listings, []
+
+        def ours(self) -> list[Any]:
+            return self.listings.pop(0) if len(self.listings) > 1 else self.listings[0]
+
+        def cancel_job(self, job_id: str) -> None:
+            self.cancelled.append(job_id)
+
+    listed_late = Client([[], [], [job("mine")]])  # listed on the third look
+    executor._cancel(listed_late, listed_late.ours)
+    assert listed_late.cancelled == ["mine"] and "cancelled job mine" in capsys.readouterr().err
+    two = Client([[job("mine"), job("theirs")]])
+    executor._cancel(two, two.ours)
+    assert two.cancelled == [] and "2 jobs of this kind started meanwhile" in capsys.readouterr().err
+    for listing, said in (([], "no job of this call is listed"), ([job("x", cancellable=False)], "cannot be"),
+                          ([job("done", state="succeeded")], "no job of this call is listed")):  # fmt: skip
+        client = Client([listing])
+        executor._cancel(client, client.ours)
+        assert client.cancelled == [] and said in capsys.readouterr().err
