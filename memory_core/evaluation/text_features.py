@@ -96,9 +96,6 @@ def query_stems(query: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(w[:STEM_CHARS] for w in query_words(query) if w not in STOPWORDS))
 
 
-_STEM_OF = operator.itemgetter(slice(STEM_CHARS))  # a matched word's stem
-
-
 def stem_pattern(stems: Sequence[str]) -> re.Pattern[str]:
     """A regex whose matches in a lowercased text are its words matching one of ``stems``."""
     alternatives = [re.escape(s) + (r"\w*" if len(s) >= STEM_CHARS else r"\b")
@@ -123,11 +120,13 @@ def text_rows(query: str, texts: Sequence[str]) -> list[TextRow | None]:
     scans: list[tuple[int, dict[int, int], int, int, int]] = []  # unit, tf by stem, first match, length, words
     for i in known:
         low = texts[i].lower()
-        # A short stem matched only itself (the whole word); a long one any word it begins.
-        matched = Counter(map(_STEM_OF, pattern.findall(low)))
-        tf = {index[stem]: f for stem, f in matched.items()}
-        hit = pattern.search(low) if tf else None
-        first = hit.start() if hit is not None else -1
+        tf: dict[int, int] = {}
+        first = -1
+        for m in pattern.finditer(low):
+            stem = index[m.group()[:STEM_CHARS]]  # a short stem matched only itself: the whole word
+            tf[stem] = tf.get(stem, 0) + 1
+            if first < 0:
+                first = m.start()
         for stem in tf:
             df[stem] += 1
         scans.append((i, tf, first, max(1, len(low)), max(1, low.count(" ") + low.count("\n") + 1)))
