@@ -71,7 +71,7 @@ class BeirImportResult:
     report: Report
     too_long_queries: tuple[str, ...] = ()  # judged queries an activation would refuse: no case
     marked_reviewed: int = 0  # resumed cases that ``reviewed`` marked reviewed now
-    left_unreviewed: int = 0  # resumed cases ``reviewed`` left alone: a person changed their judgments
+    left_unreviewed: int = 0  # resumed cases ``reviewed`` left alone: not the judgments this import makes
 
 
 IMPORTED_VERSION = 1  # the judgment version an import creates a case with (``create_case``)
@@ -90,7 +90,8 @@ def import_beir(
     """Import a BEIR folder as project ``project_id`` and one case per query of ``split``.
 
     ``reviewed``: mark the qrels as reviewed by a person (only reviewed cases may gate); a case an
-    earlier import made is marked too, unless its judgments were changed since (it is counted).
+    earlier import made is marked too when its judgments are still the ones this import makes
+    (else it is left as it is, and counted).
     A judged query longer than an activation takes makes no case and is named in the result.
     """
     validate_project_id(project_id)
