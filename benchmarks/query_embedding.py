@@ -44,14 +44,23 @@ def run(quick: bool) -> dict[str, Any]:
     times: dict[str, list[float]] = {f"{s}, {t} thread(s)": [] for s, t in variants}
     with scratch_dir(NAME) as tmp:
         embedder = OnnxMiniLMEmbedder(inference="int8", cache_dir=Path(tmp) / "models", query_cache_size=0)
+
         # Each state made whole before its timed run, whatever variant ran before it: back to back
         # (the same run just before), after idling (that run, then 5 ms asleep), after a read past
         # the cache (the read alone).
-        before: dict[str, Callable[[str, int], object]] = dict(zip(STATES, (
-            lambda text, threads: embedder._encode([text], threads),
-            lambda text, threads: (embedder._encode([text], threads), time.sleep(IDLE_S)),
-            lambda text, threads: float(sweep[picks].sum()),
-        ), strict=True))  # fmt: skip
+        def after_itself(text: str, threads: int) -> None:
+            embedder._encode([text], threads)
+
+        def after_idle(text: str, threads: int) -> None:
+            embedder._encode([text], threads)
+            time.sleep(IDLE_S)
+
+        def after_a_read(text: str, threads: int) -> None:
+            float(sweep[picks].sum())
+
+        before: dict[str, Callable[[str, int], None]] = dict(
+            zip(STATES, (after_itself, after_idle, after_a_read), strict=True)
+        )
         for threads in THREADS:
             embedder._encode(["warm up"], threads)
         load = [loadavg()]
