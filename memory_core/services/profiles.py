@@ -73,7 +73,7 @@ class ProjectProfiles:
         return Ranking(parsed.profile if settings else self.default_profile, reranker)
 
     def ranking_for(self, project_id: str) -> Ranking:
-        stored = self.store.latest_profile(project_id) if self.store is not None else None
+        stored = self._latest(project_id)
         if stored is None:
             return Ranking(self.default_profile, self.default_reranker)
         key = (stored.version, stored.created_at)
@@ -105,15 +105,19 @@ class ProjectProfiles:
 
     def fusion_for(self, project_id: str) -> Ranking:
         """The project's profile without its learned model: the fusion its settings give."""
-        stored = self.store.latest_profile(project_id) if self.store is not None else None
+        stored = self._latest(project_id)
         return self.ranking_of(stored.settings) if stored is not None else Ranking(self.default_profile,
                                                                                      self.default_reranker)  # fmt: skip
 
     def learned_model_of(self, project_id: str) -> str | None:
         """The digest of the learned model the project's profile in use names (None: none)."""
-        stored = self.store.latest_profile(project_id) if self.store is not None else None
+        stored = self._latest(project_id)
         digest = stored.settings.get(LEARNED_MODEL) if stored is not None else None
         return str(digest) if digest is not None else None
+
+    def _latest(self, project_id: str) -> StoredProfile | None:
+        """The project's profile in use (None: the engine's defaults, or no store)."""
+        return self.store.latest_profile(project_id) if self.store is not None else None
 
     def _store(self) -> ProfileStore:
         if self.store is None:
